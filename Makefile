@@ -1,0 +1,29 @@
+# Two entry points: `make demo` (the main job) and `make test` (the suite).
+# Both create .venv with the pinned requirements if it is missing or stale.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cksum requirements.txt | cut -d' ' -f1)
+
+.PHONY: demo test bench venv clean
+
+venv: $(STAMP)
+
+$(STAMP): requirements.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	rm -f $(VENV)/.installed-*
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m el_jax.demo --workdir=results/demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q -n 2 --dist loadgroup tests
+
+bench: $(STAMP)
+	$(PY) -m el_jax.bench --config=configs/copy_task.py:cpu
+
+clean:
+	rm -rf $(VENV) .pytest_cache

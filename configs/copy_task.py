@@ -1,0 +1,127 @@
+r"""Padded-shifted copy task (seed 000, sections 3-4, appendix B.1).
+
+Run (CPU, a few minutes per seed):
+
+  python -m el_jax.main --config=configs/copy_task.py:cpu --workdir=runs/copy_ce
+  python -m el_jax.main --config=configs/copy_task.py:cpu --workdir=runs/copy_e1 \
+      --config.loss.name=e1 --config.loss.lam=4 --config.optim.warmup_steps=200
+
+Variants:
+  paper      L_c=5, L_p=2000, context 2013, GPT-NeoX 4 x 1024, 4 heads (accelerator).
+             Paper: CE test CL ~0.3; E2 (lam=10, 1000 warmup) EM = CL = 1.0 everywhere.
+  paper_lc1  L_c=1, L_p=50 (string length 55): the context-length sweep of Fig. 1
+             (set data.context_len to 55*k; batch_strings stays fixed).
+  cpu        the `make demo` setting, chosen by experiments/copy_task_cpu_sweep.py;
+             README "Results" quotes what it gives.
+  test       tiny, seconds; used by the unit tests and notebooks.
+
+Expected result (cpu, 3 seeds): see README; the numbers come from results/demo/summary.json.
+"""
+import ml_collections
+
+VARIANTS = ("paper", "paper_lc1", "cpu", "test")
+
+
+def get_config(arg="cpu"):
+  arg = arg or "cpu"
+  if arg not in VARIANTS:
+    raise ValueError(f"unknown copy_task variant {arg!r}; valid variants: {VARIANTS}")
+  c = ml_collections.ConfigDict()
+  c.task = "copy_task"  # experiment dispatched by el_jax.main
+  c.seeds = (0, 1, 2)  # model initialisations, all on the same fixed dataset
+  c.num_devices = 0  # devices on the `data` mesh axis (0 = all local devices)
+  c.progress = True  # show a progress bar
+
+  c.data = ml_collections.ConfigDict()
+  c.data.seq_len = 5  # L_c: letters to copy
+  c.data.pad_len = 2000  # L_p: padding letters (a multiple of L_c)
+  c.data.p_easy = 0.8  # probability that the padding is the Caesar-shifted [seq]
+  c.data.num_letters = 26  # alphabet size (Table 3 also uses 500)
+  c.data.num_train = 400  # fixed training strings
+  c.data.num_test = 1000  # fixed test strings
+  c.data.data_seed = 0  # seed of the generated dataset (fixed across model seeds)
+  c.data.context_len = 2013  # tokens per context: a multiple of the string length L_p + 2 L_c + 3
+
+  c.model = ml_collections.ConfigDict()
+  c.model.preset = "gpt_neox"  # "gpt_neox" (rotary, parallel residual, untied) | "gpt2"
+  c.model.num_layers = 4  # transformer blocks
+  c.model.num_heads = 4  # attention heads
+  c.model.embed_dim = 1024  # residual width
+  c.model.mlp_dim = 0  # MLP hidden width (0 = 4 * embed_dim)
+  c.model.doc_mask = False  # True: packed strings do not attend to each other
+  c.model.dtype = "float32"  # compute dtype: "float32" | "bfloat16"
+
+  c.loss = ml_collections.ConfigDict()
+  c.loss.name = "ce"  # "ce" | "e1" | "e2" | "e3"
+  c.loss.lam = 1.0  # E1 / E2 margin-shrinking weight (>= 0)
+  c.loss.b = 1.0  # E3 target logit magnitude (> 0)
+
+  c.optim = ml_collections.ConfigDict()
+  c.optim.name = "adamw"  # "adamw" | "adam" | "sgd"
+  c.optim.lr = 1e-4  # peak learning rate (not given in the paper)
+  c.optim.warmup_steps = 0  # linear warmup steps (0 = none)
+  c.optim.decay = "constant"  # after warmup: "constant" | "cosine" | "linear"
+  c.optim.final_lr_frac = 0.0  # cosine / linear decay end, as a fraction of lr
+  c.optim.weight_decay = 0.0  # AdamW decoupled weight decay
+  c.optim.b1 = 0.9  # Adam beta1
+  c.optim.b2 = 0.999  # Adam beta2
+  c.optim.eps = 1e-8  # Adam epsilon
+  c.optim.momentum = 0.0  # SGD momentum (0 = plain SGD)
+  c.optim.grad_clip = 1.0  # global-norm gradient clipping (0 = off)
+
+  c.train = ml_collections.ConfigDict()
+  c.train.batch_strings = 8  # strings per step (constant as strings per context change)
+  c.train.num_steps = 20_000  # optimizer steps (400 epochs of 50 steps)
+  c.train.log_every = 50  # steps between training-metric rows
+  c.train.eval_every = 1000  # steps between greedy-decoding evaluations (0 = end only)
+  c.train.checkpoint_every = 1000  # steps between orbax checkpoints
+  c.train.eval_batch_contexts = 8  # contexts per evaluation call
+  c.train.stop_at_step = 0  # stop (resumably) after this step, 0 = run to num_steps
+
+  c.flatness = ml_collections.ConfigDict()
+  c.flatness.every = 0  # steps between Hessian / Fisher measurements (0 = off)
+  c.flatness.method = "hutchinson"  # "hutchinson" | "hutch++" | "exact"
+  c.flatness.num_probes = 8  # Hessian probes per batch
+  c.flatness.num_batches = 4  # fixed training batches averaged over
+  c.flatness.fisher_samples = 4  # label draws from the model per batch
+  c.flatness.lanczos_steps = 0  # Lanczos steps for the top eigenvalue (0 = skip)
+
+  if arg == "paper":
+    c.seeds = tuple(range(10))
+  elif arg == "paper_lc1":
+    c.seeds = tuple(range(10))
+    c.data.seq_len, c.data.pad_len = 1, 50
+    c.data.context_len = 55
+    c.train.num_steps = 20_000
+  elif arg == "cpu":
+    c.data.seq_len, c.data.pad_len = 1, 50
+    c.data.context_len = 55 * 4
+    c.model.embed_dim = 128
+    c.model.num_layers = 2
+    c.optim.lr = 1e-3
+    c.train.num_steps = 1500
+    c.train.log_every = 25
+    c.train.eval_every = 250
+    c.train.checkpoint_every = 500
+    c.train.eval_batch_contexts = 64
+  elif arg == "test":
+    c.seeds = (0,)
+    c.data.seq_len, c.data.pad_len = 2, 4
+    c.data.num_train, c.data.num_test = 64, 48
+    c.data.context_len = 11 * 2
+    c.model.num_layers, c.model.num_heads, c.model.embed_dim = 2, 2, 16
+    c.optim.lr = 3e-3
+    c.train.batch_strings = 16
+    c.train.num_steps = 8
+    c.train.log_every = 2
+    c.train.eval_every = 4
+    c.train.checkpoint_every = 4
+    c.train.eval_batch_contexts = 8
+    c.progress = False
+  return c
+
+
+def sweep(add):
+  """The demo's comparison: CE against E1 + warmup (and E2, E3)."""
+  add(**{"loss.name": "ce"})
+  add(**{"loss.name": "e1", "loss.lam": 4.0, "optim.warmup_steps": 200})

@@ -1,0 +1,1 @@
+"""Data sets for el_jax experiments."""

@@ -1,0 +1,205 @@
+"""A small causal transformer decoder in Flax NNX, used functionally.
+
+Two presets cover the architectures of the papers el_jax reproduces:
+
+* ``gpt_neox``: rotary positions, parallel attention + MLP residual
+  (``x + attn(ln1(x)) + mlp(ln2(x))``), untied input/output embeddings;
+  the model of the copy-task experiments (seed 000).
+* ``gpt2``: learned absolute positions, sequential residual, tied
+  embeddings; nanoGPT / GPT-mini of the path-star experiments.
+
+Every field can be set on its own. Packed strings attend to earlier strings
+in the same context (as in the paper) unless ``doc_mask`` is on, in which
+case ``segment_ids`` restrict attention to the same string.
+
+Functional use: ``graphdef, params = init(cfg, seed)`` once, then
+``apply(graphdef, params, tokens)`` inside pure jitted code (``nnx.merge``
+happens inside the trace, so it costs nothing at run time).
+"""
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+POSITIONS = ("rotary", "learned")
+PRESETS = ("gpt_neox", "gpt2")
+
+
+@dataclasses.dataclass(frozen=True)
+class DecoderConfig:
+  vocab_size: int
+  num_layers: int = 4
+  num_heads: int = 4
+  embed_dim: int = 128
+  mlp_dim: int = 512
+  max_len: int = 2048
+  position: str = "rotary"  # "rotary" | "learned"
+  parallel_residual: bool = True  # GPT-NeoX style x + attn(ln1 x) + mlp(ln2 x)
+  tie_embeddings: bool = False  # GPT-2 ties the unembedding to the embedding
+  doc_mask: bool = False  # restrict attention to tokens of the same segment
+  rotary_base: float = 10000.0
+  init_std: float = 0.02
+  dtype: str = "float32"  # compute dtype: "float32" | "bfloat16"
+
+  def __post_init__(self):
+    if self.position not in POSITIONS:
+      raise ValueError(f"model.position={self.position!r}; allowed: {POSITIONS}")
+    if self.dtype not in ("float32", "bfloat16"):
+      raise ValueError(f"model.dtype={self.dtype!r}; allowed: 'float32', 'bfloat16'")
+    for name in ("vocab_size", "num_layers", "num_heads", "embed_dim", "mlp_dim", "max_len"):
+      if int(getattr(self, name)) < 1:
+        raise ValueError(f"model.{name}={getattr(self, name)} must be >= 1")
+    if self.embed_dim % self.num_heads:
+      raise ValueError(f"model.embed_dim={self.embed_dim} is not divisible by "
+                       f"model.num_heads={self.num_heads}")
+    if self.position == "rotary" and (self.embed_dim // self.num_heads) % 2:
+      raise ValueError(f"rotary positions need an even head dim; got "
+                       f"{self.embed_dim}/{self.num_heads}={self.embed_dim // self.num_heads}")
+
+  @property
+  def head_dim(self):
+    return self.embed_dim // self.num_heads
+
+  @property
+  def compute_dtype(self):
+    return jnp.bfloat16 if self.dtype == "bfloat16" else jnp.float32
+
+
+def preset(name, **overrides):
+  """Architecture presets; any DecoderConfig field may be overridden."""
+  if name == "gpt_neox":
+    base = dict(position="rotary", parallel_residual=True, tie_embeddings=False)
+  elif name == "gpt2":
+    base = dict(position="learned", parallel_residual=False, tie_embeddings=True)
+  else:
+    raise ValueError(f"unknown model preset {name!r}; valid presets: {PRESETS}")
+  base.update(overrides)
+  return DecoderConfig(**base)
+
+
+def _normal(std):
+  return nnx.initializers.normal(stddev=std)
+
+
+def rotary(x_BxTxHxK, positions_T, base):
+  """Rotary position embedding, GPT-NeoX "rotate half" convention."""
+  k = x_BxTxHxK.shape[-1]
+  inv_freq = 1.0 / (base ** (jnp.arange(0, k, 2, dtype=jnp.float32) / k))
+  ang_TxK2 = positions_T.astype(jnp.float32)[:, None] * inv_freq[None, :]
+  cos = jnp.concatenate([jnp.cos(ang_TxK2)] * 2, axis=-1)[None, :, None, :]
+  sin = jnp.concatenate([jnp.sin(ang_TxK2)] * 2, axis=-1)[None, :, None, :]
+  x1, x2 = jnp.split(x_BxTxHxK, 2, axis=-1)
+  rot = jnp.concatenate([-x2, x1], axis=-1)
+  return (x_BxTxHxK * cos.astype(x_BxTxHxK.dtype) + rot * sin.astype(x_BxTxHxK.dtype))
+
+
+class Attention(nnx.Module):
+
+  def __init__(self, cfg: DecoderConfig, *, rngs: nnx.Rngs):
+    self.cfg = cfg
+    d = cfg.embed_dim
+    out_std = cfg.init_std / math.sqrt(2 * cfg.num_layers)
+    self.qkv = nnx.Linear(d, 3 * d, kernel_init=_normal(cfg.init_std), rngs=rngs)
+    self.out = nnx.Linear(d, d, kernel_init=_normal(out_std), rngs=rngs)
+
+  def __call__(self, x_BxTxD, mask_BxTxT):
+    cfg = self.cfg
+    b, t, _ = x_BxTxD.shape
+    dt = cfg.compute_dtype
+    qkv = self.qkv(x_BxTxD).astype(dt).reshape(b, t, 3, cfg.num_heads, cfg.head_dim)
+    q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+    if cfg.position == "rotary":
+      pos = jnp.arange(t)
+      q = rotary(q, pos, cfg.rotary_base)
+      k = rotary(k, pos, cfg.rotary_base)
+    scores_BxHxTxT = jnp.einsum("bqhk,bshk->bhqs", q, k) / jnp.asarray(math.sqrt(cfg.head_dim), dt)
+    scores_BxHxTxT = jnp.where(mask_BxTxT[:, None], scores_BxHxTxT.astype(jnp.float32), -1e30)
+    probs = jax.nn.softmax(scores_BxHxTxT, axis=-1).astype(dt)
+    y = jnp.einsum("bhqs,bshk->bqhk", probs, v).reshape(b, t, cfg.embed_dim)
+    return self.out(y)
+
+
+class MLP(nnx.Module):
+
+  def __init__(self, cfg: DecoderConfig, *, rngs: nnx.Rngs):
+    out_std = cfg.init_std / math.sqrt(2 * cfg.num_layers)
+    self.fc_in = nnx.Linear(cfg.embed_dim, cfg.mlp_dim, kernel_init=_normal(cfg.init_std), rngs=rngs)
+    self.fc_out = nnx.Linear(cfg.mlp_dim, cfg.embed_dim, kernel_init=_normal(out_std), rngs=rngs)
+
+  def __call__(self, x):
+    return self.fc_out(jax.nn.gelu(self.fc_in(x), approximate=True))
+
+
+class Block(nnx.Module):
+
+  def __init__(self, cfg: DecoderConfig, *, rngs: nnx.Rngs):
+    self.parallel = cfg.parallel_residual
+    self.ln1 = nnx.LayerNorm(cfg.embed_dim, rngs=rngs)
+    self.attn = Attention(cfg, rngs=rngs)
+    self.ln2 = nnx.LayerNorm(cfg.embed_dim, rngs=rngs)
+    self.mlp = MLP(cfg, rngs=rngs)
+
+  def __call__(self, x, mask):
+    if self.parallel:
+      return x + self.attn(self.ln1(x), mask) + self.mlp(self.ln2(x))
+    x = x + self.attn(self.ln1(x), mask)
+    return x + self.mlp(self.ln2(x))
+
+
+class Decoder(nnx.Module):
+  """Causal decoder: tokens [B, T] -> logits [B, T, V] (float32)."""
+
+  def __init__(self, cfg: DecoderConfig, *, rngs: nnx.Rngs):
+    self.cfg = cfg
+    self.embed = nnx.Embed(cfg.vocab_size, cfg.embed_dim, embedding_init=_normal(cfg.init_std), rngs=rngs)
+    if cfg.position == "learned":
+      self.pos_embed = nnx.Param(_normal(cfg.init_std)(rngs.params(), (cfg.max_len, cfg.embed_dim)))
+    self.blocks = nnx.List([Block(cfg, rngs=rngs) for _ in range(cfg.num_layers)])
+    self.ln_f = nnx.LayerNorm(cfg.embed_dim, rngs=rngs)
+    if not cfg.tie_embeddings:
+      self.unembed = nnx.Linear(cfg.embed_dim, cfg.vocab_size, use_bias=False,
+                                kernel_init=_normal(cfg.init_std), rngs=rngs)
+
+  def __call__(self, tokens_BxT, segment_ids_BxT=None):
+    cfg = self.cfg
+    _, t = tokens_BxT.shape
+    if t > cfg.max_len:
+      raise ValueError(f"sequence length {t} exceeds model.max_len={cfg.max_len}")
+    x = self.embed(tokens_BxT)
+    if cfg.position == "learned":
+      x = x + self.pos_embed[...][None, :t]
+    causal_TxT = jnp.tril(jnp.ones((t, t), dtype=bool))
+    mask_BxTxT = causal_TxT[None]
+    if cfg.doc_mask:
+      if segment_ids_BxT is None:
+        raise ValueError("model.doc_mask=True needs segment_ids")
+      same = segment_ids_BxT[:, :, None] == segment_ids_BxT[:, None, :]
+      mask_BxTxT = jnp.logical_and(mask_BxTxT, same)
+    for block in self.blocks:
+      x = block(x, mask_BxTxT)
+    x = self.ln_f(x)
+    if cfg.tie_embeddings:
+      logits = self.embed.attend(x)
+    else:
+      logits = self.unembed(x)
+    return logits.astype(jnp.float32)
+
+
+def init(cfg: DecoderConfig, seed: int):
+  """Returns (graphdef, params): the static structure and the Param pytree."""
+  key = seed if isinstance(seed, jax.Array) and jnp.issubdtype(seed.dtype, jax.dtypes.prng_key) \
+      else jax.random.key(seed)
+  model = Decoder(cfg, rngs=nnx.Rngs(params=key))
+  graphdef, params = nnx.split(model, nnx.Param)
+  return graphdef, params
+
+
+def apply(graphdef, params, tokens_BxT, segment_ids_BxT=None):
+  """Pure forward pass over a params pytree."""
+  return nnx.merge(graphdef, params)(tokens_BxT, segment_ids_BxT)
+
+
+def num_params(params):
+  return sum(int(x.size) for x in jax.tree.leaves(params))

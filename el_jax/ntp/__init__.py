@@ -1,0 +1,1 @@
+"""Linear next-token prediction (seed 003): NTP-separability, the NTP-SVM, implicit bias of GD."""

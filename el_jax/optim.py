@@ -1,0 +1,50 @@
+"""Optimizers and learning-rate schedules from a config, built from optax parts."""
+import optax
+
+OPTIMIZERS = ("adamw", "adam", "sgd")
+DECAYS = ("constant", "cosine", "linear")
+
+
+def make_schedule(cfg, num_steps):
+  """Linear warmup (0 allowed) to `cfg.lr`, then constant, cosine or linear decay.
+
+  Warmup starts at lr/warmup (not 0) so the first step is not wasted; the
+  decay runs over the remaining steps down to `lr * final_lr_frac`.
+  """
+  lr, warmup = float(cfg.lr), int(cfg.warmup_steps)
+  if lr <= 0:
+    raise ValueError(f"optim.lr={lr} must be > 0")
+  if warmup < 0:
+    raise ValueError(f"optim.warmup_steps={warmup} must be >= 0")
+  if cfg.decay not in DECAYS:
+    raise ValueError(f"optim.decay={cfg.decay!r}; allowed: {DECAYS}")
+  final = lr * float(cfg.final_lr_frac)
+  decay_steps = max(int(num_steps) - warmup, 1)
+  if cfg.decay == "constant":
+    after = optax.constant_schedule(lr)
+  elif cfg.decay == "cosine":
+    after = optax.cosine_decay_schedule(lr, decay_steps, alpha=float(cfg.final_lr_frac))
+  else:
+    after = optax.linear_schedule(lr, final, decay_steps)
+  if warmup == 0:
+    return after
+  ramp = optax.linear_schedule(lr / warmup, lr, warmup)
+  return optax.join_schedules([ramp, after], [warmup])
+
+
+def make_optimizer(cfg, num_steps):
+  """Returns (optax transformation, schedule) for `cfg` (config.optim)."""
+  if cfg.name not in OPTIMIZERS:
+    raise ValueError(f"optim.name={cfg.name!r}; allowed: {OPTIMIZERS}")
+  schedule = make_schedule(cfg, num_steps)
+  if cfg.name == "adamw":
+    tx = optax.adamw(schedule, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps, weight_decay=cfg.weight_decay)
+  elif cfg.name == "adam":
+    tx = optax.adam(schedule, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps)
+  else:
+    tx = optax.sgd(schedule, momentum=cfg.momentum or None)
+  if cfg.grad_clip:
+    if cfg.grad_clip < 0:
+      raise ValueError(f"optim.grad_clip={cfg.grad_clip} must be >= 0 (0 = off)")
+    tx = optax.chain(optax.clip_by_global_norm(cfg.grad_clip), tx)
+  return tx, schedule

@@ -1,0 +1,96 @@
+"""Matplotlib figures of the copy-task runs (PNG, Agg backend)."""
+import collections
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+_GROUP_COLORS = {"easy": "tab:blue", "hard": "tab:red"}
+
+
+def _by_seed(rows, kind):
+  out = collections.defaultdict(list)
+  for r in rows:
+    if r.get("kind") == kind:
+      out[r["seed"]].append(r)
+  return {s: sorted(v, key=lambda r: r["step"]) for s, v in sorted(out.items())}
+
+
+def plot_loss_groups(rows_by_run, path, key="loss"):
+  """Training loss of easy vs hard strings over steps, one panel per run (paper Figs. 2, 4).
+
+  rows_by_run: {run label: metrics rows}. Thin lines are seeds.
+  """
+  n = len(rows_by_run)
+  fig, axes = plt.subplots(1, n, figsize=(4.5 * n, 3.4), squeeze=False, sharey=True)
+  for ax, (label, rows) in zip(axes[0], rows_by_run.items()):
+    for seed, rs in _by_seed(rows, "train").items():
+      steps = [r["step"] for r in rs]
+      for g in ("easy", "hard"):
+        ax.plot(steps, [max(r[f"{key}_{g}"], 1e-8) for r in rs], color=_GROUP_COLORS[g],
+                alpha=0.7, lw=1, label=g if seed == min(_by_seed(rows, "train")) else None)
+    ax.set_yscale("log")
+    ax.set_title(label)
+    ax.set_xlabel("step")
+    ax.grid(alpha=0.3)
+  axes[0][0].set_ylabel(f"training {key} (scored tokens)")
+  axes[0][0].legend()
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+
+
+def plot_accuracy(rows, path):
+  """EM and CL accuracy over steps per split x group (mean over seeds, band = min..max)."""
+  evals = [r for r in rows if r.get("kind") == "eval"]
+  fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
+  for ax, metric in zip(axes, ("em", "cl")):
+    for split, ls in (("train", "--"), ("test", "-")):
+      for g in ("easy", "hard"):
+        key = f"{split}_{metric}_{g}"
+        by_step = collections.defaultdict(list)
+        for r in evals:
+          if key in r:
+            by_step[r["step"]].append(r[key])
+        if not by_step:
+          continue
+        steps = sorted(by_step)
+        v = [np.array(by_step[s]) for s in steps]
+        ax.plot(steps, [x.mean() for x in v], ls, color=_GROUP_COLORS[g], label=f"{split} {g}")
+        ax.fill_between(steps, [x.min() for x in v], [x.max() for x in v],
+                        color=_GROUP_COLORS[g], alpha=0.12)
+    ax.set_title(metric.upper() + " accuracy")
+    ax.set_xlabel("step")
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+  axes[0].legend(fontsize=8)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+
+
+def plot_summary(summaries, path):
+  """Bar chart: final EM / CL per split x group for each run (mean, min..max over seeds)."""
+  cats = [(s, g) for s in ("train", "test") for g in ("easy", "hard")]
+  fig, axes = plt.subplots(1, 2, figsize=(11, 3.6), sharey=True)
+  width = 0.8 / max(len(summaries), 1)
+  for ax, metric in zip(axes, ("em", "cl")):
+    for i, (label, summ) in enumerate(summaries.items()):
+      agg = summ["aggregate"]
+      mean = np.array([agg[f"{s}_{metric}_{g}"]["mean"] for s, g in cats])
+      lo = mean - np.array([agg[f"{s}_{metric}_{g}"]["min"] for s, g in cats])
+      hi = np.array([agg[f"{s}_{metric}_{g}"]["max"] for s, g in cats]) - mean
+      x = np.arange(len(cats)) + (i - (len(summaries) - 1) / 2) * width
+      ax.bar(x, mean, width, yerr=[lo, hi], capsize=3, label=label)
+    ax.set_xticks(np.arange(len(cats)), [f"{s}\n{g}" for s, g in cats])
+    ax.set_title(f"final {metric.upper()} accuracy (bars: mean; whiskers: min..max over seeds)",
+                 fontsize=9)
+    ax.set_ylim(0, 1.05)
+    ax.axhline(1 / 26, color="gray", lw=0.8, ls=":")
+    ax.grid(alpha=0.3, axis="y")
+  axes[0].legend(fontsize=8)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)

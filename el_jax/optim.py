@@ -12,8 +12,8 @@ def make_schedule(cfg, num_steps):
   decay runs over the remaining steps down to `lr * final_lr_frac`.
   """
   lr, warmup = float(cfg.lr), int(cfg.warmup_steps)
-  if lr <= 0:
-    raise ValueError(f"optim.lr={lr} must be > 0")
+  if not 0 < lr < float("inf"):  # also rejects NaN
+    raise ValueError(f"optim.lr={lr} must be a finite number > 0")
   if warmup < 0:
     raise ValueError(f"optim.warmup_steps={warmup} must be >= 0")
   if cfg.decay not in DECAYS:

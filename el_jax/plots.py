@@ -27,9 +27,9 @@ def plot_loss_groups(rows_by_run, path, key="loss"):
   fig, axes = plt.subplots(1, n, figsize=(4.5 * n, 3.4), squeeze=False, sharey=True)
   for ax, (label, rows) in zip(axes[0], rows_by_run.items()):
     for seed, rs in _by_seed(rows, "train").items():
-      steps = [r["step"] for r in rs]
       for g in ("easy", "hard"):
-        ax.plot(steps, [max(r[f"{key}_{g}"], 1e-8) for r in rs], color=_GROUP_COLORS[g],
+        pts = [(r["step"], max(r[f"{key}_{g}"], 1e-8)) for r in rs if r.get(f"{key}_{g}") is not None]
+        ax.plot(*zip(*pts), color=_GROUP_COLORS[g],
                 alpha=0.7, lw=1, label=g if seed == min(_by_seed(rows, "train")) else None)
     ax.set_yscale("log")
     ax.set_title(label)

@@ -87,6 +87,9 @@ class Setup:
                        f"{t.batch_strings} / {self.k} strings per context) cannot be split "
                        f"over {n} devices; use a multiple of {n}")
     self.loss_mask_T = copy_task.loss_mask_for_context(self.spec, self.k)
+    # The positions any loss mask can select (static): the train step computes
+    # logits and losses only there (see `train_step`'s `positions`).
+    self.scored_positions = np.flatnonzero(self.loss_mask_T).astype(np.int32)
     self.segment_T = np.repeat(np.arange(self.k, dtype=np.int32), self.spec.string_len)
 
   def batch(self, seed, step):
@@ -139,11 +142,23 @@ def _masked_mean(x, m):
   return jnp.sum(x * m) / jnp.maximum(jnp.sum(m), 1.0)
 
 
-def train_step(graphdef, loss_fn, tx, state, batch):
-  """One optimizer step. Returns (new_state, metrics)."""
+def train_step(graphdef, loss_fn, tx, state, batch, positions=None):
+  """One optimizer step. Returns (new_state, metrics).
+
+  `positions` (optional, static int array): the only positions where any of
+  the batch's masks (`loss_mask`, `easy_mask`, `hard_mask`) can be nonzero.
+  Logits, losses and metrics are then computed there only (the model skips
+  the last block's queries and MLP and the unembedding elsewhere); the result
+  equals that of `positions=None` up to float rounding. `Trainer` passes
+  `Setup.scored_positions`.
+  """
+  if positions is not None:
+    batch = dict(batch)
+    for key in ("targets", "loss_mask", "easy_mask", "hard_mask"):
+      batch[key] = batch[key][:, positions]
 
   def objective(params):
-    logits = decoder.apply(graphdef, params, batch["inputs"], batch["segment_ids"])
+    logits = decoder.apply(graphdef, params, batch["inputs"], batch["segment_ids"], positions)
     per_tok = loss_fn(logits, batch["targets"])
     return _masked_mean(per_tok, batch["loss_mask"]), (logits, per_tok)
 
@@ -162,6 +177,8 @@ def train_step(graphdef, loss_fn, tx, state, batch):
       "margin_mean": stats["margin_mean"],
       "margin_min": stats["margin_min"],
       "fitted_frac": stats["fitted_frac"],
+      "n_easy": jnp.sum(batch["easy_mask"]),
+      "n_hard": jnp.sum(batch["hard_mask"]),
       "grad_norm": optax.global_norm(grads),
       "update_norm": optax.global_norm(updates),
       "param_norm": optax.global_norm(params),
@@ -200,7 +217,9 @@ def greedy_answers(graphdef, spec, k, params, contexts_CxT, segment_CxT):
 class Trainer:
   """Jitted functions for one Setup (shared by all seeds)."""
 
-  def __init__(self, setup: Setup):
+  def __init__(self, setup: Setup, score_all_positions=False):
+    """`score_all_positions=True` computes the logits at every position in the
+    train step (same results up to float rounding, slower; for benchmarks)."""
     self.setup = setup
     mesh = setup.mesh
     self.repl = NamedSharding(mesh, P())
@@ -211,7 +230,9 @@ class Trainer:
     self.abstract_state = abstract
     self._init = jax.jit(functools.partial(init_state, setup.model_cfg, setup.tx),
                          out_shardings=self.state_sharding)
-    self.step = jax.jit(functools.partial(train_step, self.graphdef, setup.loss_fn, setup.tx),
+    positions = None if score_all_positions else setup.scored_positions
+    self.step = jax.jit(functools.partial(train_step, self.graphdef, setup.loss_fn, setup.tx,
+                                          positions=positions),
                         in_shardings=(self.state_sharding, self.data_sharding),
                         out_shardings=(self.state_sharding, self.repl), donate_argnums=0)
     self.decode = jax.jit(functools.partial(greedy_answers, self.graphdef, setup.spec, setup.k),
@@ -383,17 +404,24 @@ def train_seed(trainer: Trainer, seed, workdir, writer, flat_hook=None):
 def _check_and_log(pending, seed, st, writer, bar, t0):
   step, metrics = pending
   m = _to_float(metrics)
-  if not np.isfinite(m["loss"]):
+  for g in GROUPS:  # a batch without strings of a group has no loss for it
+    if m[f"n_{g}"] == 0:
+      m[f"loss_{g}"] = m[f"ce_{g}"] = None
+  # param_norm is that of the parameters after this step's update: checking it
+  # too keeps a diverged state (finite loss, overflowing update) out of the
+  # checkpoint that may be saved right after this check.
+  bad = [k for k in ("loss", "param_norm") if not np.isfinite(m[k])]
+  if bad:
     raise FloatingPointError(
-        f"non-finite training loss {m['loss']} at step {step} (seed {seed}); the last "
-        f"checkpoint is intact. Lower optim.lr, raise optim.warmup_steps or use "
-        f"optim.grad_clip.")
+        f"non-finite training {' and '.join(bad)} (loss={m['loss']}, param_norm="
+        f"{m['param_norm']}) at step {step} (seed {seed}); the last checkpoint is intact. "
+        f"Lower optim.lr, raise optim.warmup_steps or use optim.grad_clip.")
   every = st.config.train.log_every
   if step % every == 0 or step == 1:
     row = {"seed": seed, "step": step, "kind": "train", "lr": float(st.schedule(step - 1)),
            "epoch": (step - 1) / st.steps_per_epoch, "time_s": round(time.time() - t0, 3), **m}
     writer.write(row)
-    bar.set_postfix(loss=f"{m['loss']:.4f}", hard=f"{m['loss_hard']:.3f}")
+    bar.set_postfix(loss=f"{m['loss']:.4f}")
 
 
 def aggregate(finals):
@@ -426,7 +454,7 @@ def train_and_evaluate(config, workdir):
   summary = {
       "loss": config.loss.to_dict(),
       "seeds": [int(s) for s in config.seeds],
-      "num_params": decoder.num_params(trainer.init(0)["params"]),
+      "num_params": decoder.num_params(trainer.abstract_state["params"]),  # shapes only
       "strings_per_context": setup.k,
       "per_seed": finals,
       "aggregate": aggregate(finals),

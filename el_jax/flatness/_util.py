@@ -1,5 +1,5 @@
 """Pytree and validation helpers shared by the flatness estimators."""
-import math
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -68,23 +68,37 @@ def check_scalar_loss(loss_fn, params, batch):
     raise ValueError(f"loss_fn must return a floating scalar, got dtype {out.dtype}")
 
 
-def check_deterministic(fn, params, batch, *, name="loss_fn"):
-  """Evaluates `fn` twice eagerly; different outputs mean randomness is left on.
+@functools.partial(jax.jit, static_argnums=0)
+def _twice(fn, params, batch):
+  return fn(params, batch), fn(params, batch)
 
-  Jitted code would hide the problem (random masks get traced once), which is
-  exactly why an HVP of such a model is silently wrong: every matvec must apply
-  the same operator.
+
+def check_deterministic(fn, params, batch, *, name="loss_fn"):
+  """Traces `fn` twice in one jitted call; different outputs mean randomness is on.
+
+  Host-side randomness differs between the two traces; a stateful NNX RNG
+  (dropout with `rngs` still attached) cannot even be traced, and both are
+  reported as the same mistake. Every matvec of an estimator must apply the
+  same operator, so such a model cannot be measured.
   """
-  a = jax.tree.leaves(fn(params, batch))
-  b = jax.tree.leaves(fn(params, batch))
-  for x, y in zip(a, b):
+  try:
+    a, b = _twice(fn, params, batch)
+  except Exception as e:  # pylint: disable=broad-except
+    if "trace level" in str(e) or isinstance(e, jax.errors.UnexpectedTracerError):
+      raise ValueError(
+          f"{name} is not deterministic: it mutates RNG state while evaluated ({e}). "
+          f"{_HINT}") from e
+    raise
+  for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
-    if x.shape != y.shape or not np.array_equal(x, y, equal_nan=True):
-      diff = float(np.max(np.abs(x - y))) if x.shape == y.shape else math.inf
+    if not np.array_equal(x, y, equal_nan=True):
       raise ValueError(
           f"{name} is not deterministic: two evaluations on the same params and batch "
-          f"differ (max |diff| = {diff:.3g}). Turn dropout and any other randomness off "
-          "(deterministic=True / eval mode) before measuring flatness.")
+          f"differ (max |diff| = {float(np.max(np.abs(x - y))):.3g}). {_HINT}")
+
+
+_HINT = ("Turn dropout and any other randomness off (deterministic=True / eval mode) "
+         "before measuring flatness.")
 
 
 def stack_batches(batches, num_batches=None):

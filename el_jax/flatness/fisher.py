@@ -27,6 +27,7 @@ import numpy as np
 from el_jax.flatness import _util
 
 ESTIMATORS = ("per_example", "single")
+PROBES = ("labels", "rademacher")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,6 +39,7 @@ class FisherResult:
     stderr: Monte-Carlo standard error over label draws, given the data (nan
       for num_samples=1).
     estimator: "per_example" | "single".
+    probe: "labels" (sampled from the model) | "rademacher".
     num_samples: label draws per batch.
     num_batches: batches averaged over (weighted by predicted positions).
     num_examples: examples that went in.
@@ -48,6 +50,7 @@ class FisherResult:
   estimate: float
   stderr: float
   estimator: str
+  probe: str
   num_samples: int
   num_batches: int
   num_examples: int
@@ -67,8 +70,8 @@ def split_logits(out):
   return logits, jnp.asarray(mask).astype(logits.dtype)
 
 
-def _draws(logits_fn, params, batch, key, num_samples, chunk):
-  """(sum over positions of ||sum_i m_i g_i||^2 per draw [S], N) for one batch."""
+def _draws(logits_fn, params, batch, key, num_samples, chunk, probe):
+  """(||sum_i m_i g_i||^2 per draw [S], N) for one batch."""
 
   def f(p):
     return split_logits(logits_fn(p, batch))
@@ -78,9 +81,14 @@ def _draws(logits_fn, params, batch, key, num_samples, chunk):
   v = logits.shape[-1]
 
   def draw(k):
-    y = jax.random.categorical(k, jax.lax.stop_gradient(logits), axis=-1)
-    cot = mask[..., None] * (jax.nn.one_hot(y, v, dtype=logits.dtype) - probs)
-    g = vjp_fn(cot)[0]
+    if probe == "labels":
+      y = jax.random.categorical(k, jax.lax.stop_gradient(logits), axis=-1)
+      cot = jax.nn.one_hot(y, v, dtype=logits.dtype) - probs
+    else:  # L z with L L^T = diag(p) - p p^T, L = diag(sqrt p) - p sqrt(p)^T
+      z = jax.random.rademacher(k, logits.shape, dtype=logits.dtype)
+      sz = jnp.sqrt(probs) * z
+      cot = sz - probs * jnp.sum(sz, axis=-1, keepdims=True)
+    g = vjp_fn(mask[..., None] * cot)[0]
     return _util.tree_vdot(g, g)
 
   keys = jax.random.split(key, num_samples)
@@ -88,17 +96,17 @@ def _draws(logits_fn, params, batch, key, num_samples, chunk):
   return sq_s, jnp.sum(mask)
 
 
-def _single(logits_fn, params, batch, key, num_samples, chunk):
-  sq_s, n = _draws(logits_fn, params, batch, key, num_samples, chunk)
+def _single(logits_fn, params, batch, key, num_samples, chunk, probe):
+  sq_s, n = _draws(logits_fn, params, batch, key, num_samples, chunk, probe)
   return sq_s / n, n
 
 
-def _per_example(logits_fn, params, batch, key, num_samples, chunk):
+def _per_example(logits_fn, params, batch, key, num_samples, chunk, probe):
   b = jax.tree.leaves(batch)[0].shape[0]
 
   def one(xs):
     ex, k = xs
-    return _draws(logits_fn, params, _util.add_batch_axis(ex), k, num_samples, None)
+    return _draws(logits_fn, params, _util.add_batch_axis(ex), k, num_samples, None, probe)
 
   sq_bxs, n_b = jax.lax.map(one, (batch, jax.random.split(key, b)),
                             batch_size=min(chunk or b, b))
@@ -109,18 +117,22 @@ def _per_example(logits_fn, params, batch, key, num_samples, chunk):
 _IMPLS = {"single": _single, "per_example": _per_example}
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
-def _fisher_stacked(logits_fn, estimator, num_samples, chunk, params, stacked, key):
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4))
+def _fisher_stacked(logits_fn, estimator, num_samples, chunk, probe, params, stacked, key):
   k = jax.tree.leaves(stacked)[0].shape[0]
   impl = _IMPLS[estimator]
-  one = lambda xs: impl(logits_fn, params, xs[0], xs[1], num_samples, chunk)
+  one = lambda xs: impl(logits_fn, params, xs[0], xs[1], num_samples, chunk, probe)
   return jax.lax.map(one, (stacked, jax.random.split(key, k)))
 
 
-def _validate(logits_fn, params, batch, num_samples, estimator, validate):
+def _validate(logits_fn, params, batch, num_samples, estimator, probe, validate):
   if estimator not in ESTIMATORS:
     raise ValueError(f"unknown Fisher estimator {estimator!r}; valid: {ESTIMATORS}")
+  if probe not in PROBES:
+    raise ValueError(f"unknown Fisher probe {probe!r}; valid: {PROBES}")
   _util.check_positive("num_samples", num_samples)
+  if validate:
+    _util.check_deterministic(logits_fn, params, batch, name="logits_fn")
   out = jax.eval_shape(logits_fn, params, batch)
   logits = out[0] if isinstance(out, (tuple, list)) else out
   if len(getattr(logits, "shape", ())) < 1:
@@ -133,13 +145,11 @@ def _validate(logits_fn, params, batch, num_samples, estimator, validate):
     if len(sizes) != 1 or None in sizes:
       raise ValueError("estimator='per_example' needs every batch leaf to have the same "
                        f"leading batch dimension; got {sizes}")
-  if validate:
-    _util.check_deterministic(logits_fn, params, batch, name="logits_fn")
 
 
 def fisher_trace_over_batches(logits_fn, params, batches, *, key, num_samples,
-                              estimator="per_example", num_batches=None, chunk_size=None,
-                              mesh=None, validate=True):
+                              estimator="per_example", probe="labels", num_batches=None,
+                              chunk_size=None, mesh=None, validate=True):
   """tr(F) of the mean cross-entropy over all predicted positions of several batches.
 
   Args:
@@ -151,6 +161,12 @@ def fisher_trace_over_batches(logits_fn, params, batches, *, key, num_samples,
     num_samples: label draws per batch (>= 2 for a standard error).
     estimator: "per_example" (default, lower variance) or "single" (one
       gradient of the whole batch per draw, cheapest).
+    probe: "labels" (default): labels sampled from the model, the estimator
+      of seed 002 (B.1); near saturation it is heavy-tailed (rare unlikely
+      labels carry large gradients, so a few draws can all give ~0 and a
+      stderr of ~0). "rademacher": the cotangent L z with L L^T =
+      diag(p) - p p^T and Rademacher z over positions x classes, the same
+      expectation without the rare-label tail.
     num_batches: take at most this many batches.
     chunk_size: examples ("per_example") or draws ("single") vmapped at once.
     mesh: optional mesh with a "data" axis over which the batch is split.
@@ -160,11 +176,11 @@ def fisher_trace_over_batches(logits_fn, params, batches, *, key, num_samples,
     FisherResult.
   """
   stacked, k = _util.stack_batches(batches, num_batches)
-  _validate(logits_fn, params, _util.first(stacked), num_samples, estimator, validate)
+  _validate(logits_fn, params, _util.first(stacked), num_samples, estimator, probe, validate)
   if mesh is not None:
     stacked, params = _util.shard_stacked(stacked, params, mesh)
   est_kxs, n_k = jax.device_get(_fisher_stacked(
-      logits_fn, estimator, num_samples, chunk_size, params, stacked, key))
+      logits_fn, estimator, num_samples, chunk_size, probe, params, stacked, key))
   est_kxs, n_k = np.asarray(est_kxs, np.float64), np.asarray(n_k, np.float64)
   if np.any(n_k <= 0):
     raise ValueError("a batch has no predicted positions (mask sums to 0)")
@@ -175,6 +191,7 @@ def fisher_trace_over_batches(logits_fn, params, batches, *, key, num_samples,
       estimate=float(np.sum(w_k * est_k)),
       stderr=float(np.sqrt(np.sum(w_k**2 * se2_k))),
       estimator=estimator,
+      probe=probe,
       num_samples=num_samples,
       num_batches=k,
       num_examples=_util.num_examples(stacked),
@@ -184,11 +201,11 @@ def fisher_trace_over_batches(logits_fn, params, batches, *, key, num_samples,
 
 
 def fisher_trace(logits_fn, params, batch, *, key, num_samples, estimator="per_example",
-                 chunk_size=None, validate=True):
+                 probe="labels", chunk_size=None, validate=True):
   """tr(F) of the mean cross-entropy on one batch, labels sampled from the model.
 
   See `fisher_trace_over_batches` for the arguments.
   """
   return fisher_trace_over_batches(logits_fn, params, [batch], key=key,
-                                   num_samples=num_samples, estimator=estimator,
+                                   num_samples=num_samples, estimator=estimator, probe=probe,
                                    chunk_size=chunk_size, validate=validate)

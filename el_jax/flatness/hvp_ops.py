@@ -54,8 +54,11 @@ def hvp(loss_fn, params, batch, v, *, validate=True):
     H v, a pytree like `params`.
   """
   if validate:
-    _util.check_scalar_loss(loss_fn, params, batch)
     _util.check_deterministic(loss_fn, params, batch)
+    _util.check_scalar_loss(loss_fn, params, batch)
+  if jax.tree.structure(v) != jax.tree.structure(params) or any(
+      a.shape != b.shape for a, b in zip(jax.tree.leaves(v), jax.tree.leaves(params))):
+    raise ValueError("v must be a pytree with the structure and shapes of params")
   return _hvp(loss_fn, params, batch, v)
 
 
@@ -66,6 +69,6 @@ def batched_hvp(loss_fn, params, batch, vs, *, chunk_size=None, validate=True):
   time (None: all at once) to bound memory.
   """
   if validate:
-    _util.check_scalar_loss(loss_fn, params, batch)
     _util.check_deterministic(loss_fn, params, batch)
+    _util.check_scalar_loss(loss_fn, params, batch)
   return _batched_hvp(loss_fn, params, batch, vs, chunk_size)

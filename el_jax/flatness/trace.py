@@ -37,7 +37,8 @@ class TraceResult:
 
   Attributes:
     estimate: tr(H) of the loss averaged over the batches.
-    stderr: Monte-Carlo standard error given the data (0 for "exact").
+    stderr: Monte-Carlo standard error given the data (0 for "exact"; for
+      "hutch++" that of its Hutchinson residual, given the sketch).
     per_layer: parameter path -> its block's trace; values add up to `estimate`.
     method: "hutchinson" | "hutch++" | "exact".
     num_matvecs: Hessian-vector products per batch.
@@ -154,8 +155,8 @@ def _validate(loss_fn, params, batch, method, num_probes, distribution, validate
     raise ValueError(f"method='exact' costs one HVP per parameter; this model has "
                      f"{_util.num_params(params)} > max_exact_params={max_exact}")
   if validate:
-    _util.check_scalar_loss(loss_fn, params, batch)
     _util.check_deterministic(loss_fn, params, batch)
+    _util.check_scalar_loss(loss_fn, params, batch)
 
 
 def _num_matvecs(method, num_probes, params):

@@ -12,7 +12,7 @@ import jax
 import numpy as np
 
 from el_jax.flatness import fisher as fisher_lib
-from el_jax.flatness import lanczos as lanczos_lib
+from el_jax.flatness import spectrum as lanczos_lib
 from el_jax.flatness import trace as trace_lib
 
 KEYS = ("hessian_trace", "fisher_trace", "top_eigenvalue")
@@ -24,7 +24,8 @@ def measure_during_training(flat_cfg, *, loss_fn, logits_fn, params, batches, ke
   Args:
     flat_cfg: ConfigDict with `method` ("hutchinson"|"hutch++"|"exact"),
       `num_probes`, `num_batches`, `fisher_samples` and `lanczos_steps`
-      (0 skips the top eigenvalue); `every` is read by the caller.
+      (0 skips the top eigenvalue), optionally `fisher_probe` ("labels" |
+      "rademacher", see `fisher_trace_over_batches`); `every` is read by the caller.
     loss_fn: `loss_fn(params, batch) -> scalar`, deterministic (no dropout).
     logits_fn: `logits_fn(params, batch) -> (logits [..., V], mask [...])`.
     params: parameter pytree.
@@ -43,7 +44,7 @@ def measure_during_training(flat_cfg, *, loss_fn, logits_fn, params, batches, ke
       method=flat_cfg.method, num_batches=nb)
   fi = fisher_lib.fisher_trace_over_batches(
       logits_fn, params, batches, key=k_f, num_samples=int(flat_cfg.fisher_samples),
-      num_batches=nb)
+      probe=flat_cfg.get("fisher_probe", "labels"), num_batches=nb)
   out = {
       "hessian_trace": tr.estimate,
       "hessian_trace_stderr": tr.stderr,

@@ -104,20 +104,31 @@ class Attention(nnx.Module):
     self.qkv = nnx.Linear(d, 3 * d, kernel_init=_normal(cfg.init_std), rngs=rngs)
     self.out = nnx.Linear(d, d, kernel_init=_normal(out_std), rngs=rngs)
 
-  def __call__(self, x_BxTxD, mask_BxTxT):
+  def __call__(self, x_BxTxD, mask_BxTxT, query_positions_P=None):
+    """Causal self-attention; with `query_positions_P` only those queries.
+
+    Keys and values always cover all T positions; the output is `[B, T, D]`,
+    or `[B, P, D]` for the P static query positions.
+    """
     cfg = self.cfg
     b, t, _ = x_BxTxD.shape
     dt = cfg.compute_dtype
     qkv = self.qkv(x_BxTxD).astype(dt).reshape(b, t, 3, cfg.num_heads, cfg.head_dim)
     q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+    pos = jnp.arange(t)
+    if query_positions_P is not None:
+      pos_q = jnp.asarray(query_positions_P)
+      q = q[:, pos_q]
+      mask_BxTxT = mask_BxTxT[:, pos_q]
+    else:
+      pos_q = pos
     if cfg.position == "rotary":
-      pos = jnp.arange(t)
-      q = rotary(q, pos, cfg.rotary_base)
+      q = rotary(q, pos_q, cfg.rotary_base)
       k = rotary(k, pos, cfg.rotary_base)
     scores_BxHxTxT = jnp.einsum("bqhk,bshk->bhqs", q, k) / jnp.asarray(math.sqrt(cfg.head_dim), dt)
     scores_BxHxTxT = jnp.where(mask_BxTxT[:, None], scores_BxHxTxT.astype(jnp.float32), -1e30)
     probs = jax.nn.softmax(scores_BxHxTxT, axis=-1).astype(dt)
-    y = jnp.einsum("bhqs,bshk->bqhk", probs, v).reshape(b, t, cfg.embed_dim)
+    y = jnp.einsum("bhqs,bshk->bqhk", probs, v).reshape(b, q.shape[1], cfg.embed_dim)
     return self.out(y)
 
 
@@ -141,11 +152,13 @@ class Block(nnx.Module):
     self.ln2 = nnx.LayerNorm(cfg.embed_dim, rngs=rngs)
     self.mlp = MLP(cfg, rngs=rngs)
 
-  def __call__(self, x, mask):
+  def __call__(self, x, mask, query_positions_P=None):
+    """`[B, T, D] -> [B, T, D]`, or `[B, P, D]` at static `query_positions_P`."""
+    x_q = x if query_positions_P is None else x[:, jnp.asarray(query_positions_P)]
     if self.parallel:
-      return x + self.attn(self.ln1(x), mask) + self.mlp(self.ln2(x))
-    x = x + self.attn(self.ln1(x), mask)
-    return x + self.mlp(self.ln2(x))
+      return x_q + self.attn(self.ln1(x), mask, query_positions_P) + self.mlp(self.ln2(x_q))
+    x_q = x_q + self.attn(self.ln1(x), mask, query_positions_P)
+    return x_q + self.mlp(self.ln2(x_q))
 
 
 class Decoder(nnx.Module):
@@ -162,7 +175,14 @@ class Decoder(nnx.Module):
       self.unembed = nnx.Linear(cfg.embed_dim, cfg.vocab_size, use_bias=False,
                                 kernel_init=_normal(cfg.init_std), rngs=rngs)
 
-  def __call__(self, tokens_BxT, segment_ids_BxT=None):
+  def __call__(self, tokens_BxT, segment_ids_BxT=None, positions_P=None):
+    """Logits `[B, T, V]`, or `[B, P, V]` at the static `positions_P` only.
+
+    `positions_P` (a static int array, e.g. the scored positions of a task)
+    gives the same logits as `logits[:, positions_P]` up to float rounding
+    without computing the last block's queries, MLP and the unembedding at
+    the other positions.
+    """
     cfg = self.cfg
     _, t = tokens_BxT.shape
     if t > cfg.max_len:
@@ -177,8 +197,9 @@ class Decoder(nnx.Module):
         raise ValueError("model.doc_mask=True needs segment_ids")
       same = segment_ids_BxT[:, :, None] == segment_ids_BxT[:, None, :]
       mask_BxTxT = jnp.logical_and(mask_BxTxT, same)
-    for block in self.blocks:
-      x = block(x, mask_BxTxT)
+    for i, block in enumerate(self.blocks):
+      last = i == len(self.blocks) - 1
+      x = block(x, mask_BxTxT, positions_P if last else None)
     x = self.ln_f(x)
     if cfg.tie_embeddings:
       logits = self.embed.attend(x)
@@ -196,9 +217,9 @@ def init(cfg: DecoderConfig, seed: int):
   return graphdef, params
 
 
-def apply(graphdef, params, tokens_BxT, segment_ids_BxT=None):
-  """Pure forward pass over a params pytree."""
-  return nnx.merge(graphdef, params)(tokens_BxT, segment_ids_BxT)
+def apply(graphdef, params, tokens_BxT, segment_ids_BxT=None, positions_P=None):
+  """Pure forward pass over a params pytree (see `Decoder.__call__`)."""
+  return nnx.merge(graphdef, params)(tokens_BxT, segment_ids_BxT, positions_P)
 
 
 def num_params(params):

@@ -47,9 +47,8 @@ def tokenize(verses, vocab_size):
   return [[ids.get(w, 0) for w in ws] for ws in words], vocab
 
 
-def kjv_instance(n, embed, *, vocab_size=50, max_contexts=40, max_verses=None, path=None):
-  """An NTP instance of length-n contexts from the KJV (see the module docstring)."""
-  seqs, vocab = tokenize(read_verses(path, max_verses), vocab_size)
+def instance(seqs, vocab, n, embed, *, max_contexts=40):
+  """The `max_contexts` most frequent length-n contexts of tokenised `seqs`, embedded."""
   contexts, counts = data_lib.count_contexts(seqs, n)
   counts = np.pad(counts, ((0, 0), (0, len(vocab) - counts.shape[1])))
   tot = counts.sum(1)
@@ -58,3 +57,9 @@ def kjv_instance(n, embed, *, vocab_size=50, max_contexts=40, max_verses=None, p
   H = np.asarray(embed(contexts), np.float64)
   return data_lib.from_arrays(H, counts / tot[:, None], tot / tot.sum(),
                               contexts=contexts, vocab=vocab)
+
+
+def kjv_instance(n, embed, *, vocab_size=50, max_contexts=40, max_verses=None, path=None):
+  """An NTP instance of length-n contexts from the KJV (see the module docstring)."""
+  seqs, vocab = tokenize(read_verses(path, max_verses), vocab_size)
+  return instance(seqs, vocab, n, embed, max_contexts=max_contexts)

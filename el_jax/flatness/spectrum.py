@@ -85,23 +85,21 @@ def lanczos_tridiag(matvec, v0, num_steps, key, reorthogonalize=True):
 
 
 def _stacked_matvec(loss_fn, params, stacked):
-  """x -> (mean over the stacked batches of H_k) x on flattened params."""
+  """x -> (mean over the stacked batches of H_k) x on flattened params.
+
+  One `jax.linearize` of the batch-averaged gradient (a scan over the batches)
+  stores every batch's residuals once, so each matvec is only the linear part
+  (~1.4x a gradient instead of ~2x for a fresh jvp), at the price of keeping
+  the residuals of all batches in memory.
+  """
   _, unravel = ravel_pytree(params)
-  k = jax.tree.leaves(stacked)[0].shape[0]
-  if k == 1:
-    f = hvp_lib.linearized_hvp(loss_fn, params, _util.first(stacked))
-    return lambda x: ravel_pytree(f(unravel(x)))[0]
 
-  def mv(x):
-    v = unravel(x)
+  def mean_grad(p):
+    g_k = jax.lax.map(lambda b: ravel_pytree(jax.grad(loss_fn)(p, b))[0], stacked)
+    return jnp.mean(g_k, axis=0)
 
-    def body(acc, batch):
-      hv = jax.jvp(hvp_lib.grad_at(loss_fn, batch), (params,), (v,))[1]
-      return acc + ravel_pytree(hv)[0], None
-
-    return jax.lax.scan(body, jnp.zeros_like(x), stacked)[0] / k
-
-  return mv
+  _, f_jvp = jax.linearize(mean_grad, params)
+  return lambda x: f_jvp(unravel(x))
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4))
@@ -128,8 +126,8 @@ def _prepare(loss_fn, params, batches, num_steps, validate, num_batches=None):
   stacked, k = _util.stack_batches(batches, num_batches)
   if validate:
     first = _util.first(stacked)
-    _util.check_scalar_loss(loss_fn, params, first)
     _util.check_deterministic(loss_fn, params, first)
+    _util.check_scalar_loss(loss_fn, params, first)
   return stacked, min(num_steps, _util.num_params(params))
 
 

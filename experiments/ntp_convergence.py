@@ -1,0 +1,36 @@
+r"""The paper's Fig. 1 (m=3, d=2, V=5) and appendix figure (m=50, d=60, V=10; GD, NGD, Adam).
+
+  .venv/bin/python experiments/ntp_convergence.py  [--out=results/ntp]
+
+Runs configs/ntp_linear.py:fig1 and :appendix through the same
+`train_and_evaluate` as the CLI, each into its own folder under --out
+(metrics.jsonl, summary.json, PNGs), and collects the final numbers in
+convergence.json.
+"""
+import argparse
+import json
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from configs import ntp_linear  # noqa: E402
+from el_jax.ntp import train  # noqa: E402
+
+
+def main(argv=None):
+  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  ap.add_argument("--out", default="results/ntp")
+  ap.add_argument("--variants", default="fig1,appendix")
+  a = ap.parse_args(argv)
+  out = {}
+  for v in a.variants.split(","):
+    s = train.train_and_evaluate(ntp_linear.get_config(v), os.path.join(a.out, v))
+    out[v] = dict(instance=s["instance"], runs=s["runs"], reg_path=s.get("reg_path"))
+  with open(os.path.join(a.out, "convergence.json"), "w") as f:
+    json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+  main()

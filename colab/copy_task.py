@@ -54,93 +54,45 @@ import tempfile
 
 from IPython.display import Image, Markdown, display
 
-from configs import copy_task as copy_config
+from el_jax import demo
 from el_jax import plots
 from el_jax import train
-from el_jax.data import copy_task
 
 VARIANT = os.environ.get("EL_JAX_NOTEBOOK_VARIANT", "cpu")
 WORKDIR = os.environ.get("EL_JAX_NOTEBOOK_WORKDIR") or tempfile.mkdtemp(prefix="el_jax_copy_")
 
-# The runs of the config file's sweep: CE, and E1 (lam=4) with 200 warmup steps.
+# The runs of the config file's sweep(): CE, and E1 + warmup (what `make demo` runs).
 # (At `test` size the 8 training steps end inside the warmup: a smoke test only.)
-RUNS = []
-copy_config.sweep(lambda **overrides: RUNS.append(overrides))
-
-
-def run_label(overrides):
-  label = overrides["loss.name"].upper()
-  return label + (" + warmup" if overrides.get("optim.warmup_steps") else "")
-
-
-def make_config(overrides):
-  config = copy_config.get_config(VARIANT)
-  for key, value in overrides.items():
-    *path, name = key.split(".")
-    node = config
-    for p in path:
-      node = node[p]
-    node[name] = value
-  # The most devices that split a batch's contexts evenly (e.g. 8 TPU cores).
-  k = copy_task.strings_per_context(train.task_spec(config), config.data.context_len)
-  contexts = config.train.batch_strings // k
-  n = len(jax.devices())
-  while contexts % n:
-    n -= 1
-  config.num_devices = n
-  return config
-
-
-print(f"variant {VARIANT!r}, runs {[run_label(o) for o in RUNS]}, workdir {WORKDIR}")
+print(f"variant {VARIANT!r}, runs {list(demo.demo_runs())}, workdir {WORKDIR}")
 
 # %%
-summaries, rows = {}, {}
-for overrides in RUNS:
-  label = run_label(overrides)
-  workdir = os.path.join(WORKDIR, label.replace(" + ", "_").lower())
-  summaries[label] = train.train_and_evaluate(make_config(overrides), workdir)
-  rows[label] = train.MetricsWriter(os.path.join(workdir, "metrics.jsonl")).rows()
+out = demo.run(VARIANT, WORKDIR)
 
 # %% [markdown]
-# Final accuracy (mean over model seeds; min..max in brackets).
+# Final accuracy by greedy decoding: mean (min, max) over model seeds.
 
 # %%
-COLUMNS = [(s, m, g) for m in ("em", "cl") for s in ("train", "test") for g in ("easy", "hard")]
-
-
-def cell(stats):
-  if stats["min"] == stats["max"]:
-    return f"{stats['mean']:.3f}"
-  return f"{stats['mean']:.3f} ({stats['min']:.2f}..{stats['max']:.2f})"
-
-
-table = ["| run | " + " | ".join(f"{s} {m.upper()} {g}" for s, m, g in COLUMNS) + " |",
-         "|---" * (len(COLUMNS) + 1) + "|"]
-for label, summary in summaries.items():
-  agg = summary["aggregate"]
-  table.append(f"| {label} | " + " | ".join(cell(agg[f"{s}_{m}_{g}"]) for s, m, g in COLUMNS)
-               + " |")
-display(Markdown("\n".join(table)))
+print(out["table"])
 
 # %% [markdown]
 # Training loss of the scored tokens, easy vs hard strings (thin lines: seeds).
 
 # %%
-path = os.path.join(WORKDIR, "loss_easy_hard.png")
-plots.plot_loss_groups(rows, path)
-display(Image(filename=path))
+display(Image(filename=os.path.join(WORKDIR, "loss_easy_hard.png")))
 
 # %% [markdown]
 # Greedy-decoding accuracy during training, per run (dashed: train, solid: test).
 
 # %%
-for label, run_rows in rows.items():
-  path = os.path.join(WORKDIR, f"accuracy_{label.replace(' + ', '_').lower()}.png")
+for label in out["runs"]:
+  run_rows = train.MetricsWriter(os.path.join(WORKDIR, label, "metrics.jsonl")).rows()
+  path = os.path.join(WORKDIR, f"accuracy_{label}.png")
   plots.plot_accuracy(run_rows, path)
   display(Markdown(f"**{label}**"))
   display(Image(filename=path))
 
+# %% [markdown]
+# Final EM / CL per split x group (bars: mean over seeds; whiskers: min..max).
+
 # %%
-path = os.path.join(WORKDIR, "summary.png")
-plots.plot_summary(summaries, path)
-display(Image(filename=path))
+display(Image(filename=os.path.join(WORKDIR, "summary.png")))

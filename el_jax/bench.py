@@ -139,8 +139,8 @@ def main(argv=None):
         f"{'rotary' if m.position == 'rotary' else 'learned'} positions, "
         f"{setup.contexts_per_batch} x {config.data.context_len} tokens per step, "
         f"{jax.device_count()} {jax.devices()[0].platform} device(s), optimizer {config.optim.name}; "
-        f"{'all' if fv.all_positions else len(setup.scored_positions)} scored positions per "
-        f"context; {fv.repeats} interleaved rounds of {fv.steps} steps")
+        f"logits at {'all' if fv.all_positions else len(setup.scored_positions)} positions "
+        f"per context; {fv.repeats} interleaved rounds of {fv.steps} steps")
   for name in names:
     s = float(np.median(times[name]))
     line = (f"loss={name:3s} step_ms={1e3 * s:8.3f} cpu_ms={1e3 * float(np.median(cpu[name])):8.3f} "

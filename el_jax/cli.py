@@ -90,13 +90,15 @@ def _override_error(e, argv):
   keys = []
   try:
     fv = flags.FlagValues()
-    config_flags.DEFINE_config_file("config", None, "", flag_values=fv, sys_argv=argv[:1] + config_args)
-    fv(argv[:1] + config_args)
+    base_argv = argv[:1] + config_args
+    config_flags.DEFINE_config_file("config", None, "", flag_values=fv, sys_argv=base_argv)
+    fv(base_argv)
     keys = _config_keys(fv.config)
   except Exception:  # the base config itself is broken: report the original error
     pass
   given = [a[len("--config."):].split("=", 1)[0] for a in argv[1:] if a.startswith("--config.")]
-  unknown = [k for k in given if keys and k not in keys and not any(x.startswith(k + ".") for x in keys)]
+  unknown = [k for k in given
+             if keys and k not in keys and not any(x.startswith(k + ".") for x in keys)]
   if unknown:
     return UsageError(f"error: unknown config key {', '.join(map(repr, unknown))}; "
                       f"valid keys: {', '.join(keys)}")

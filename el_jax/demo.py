@@ -1,9 +1,10 @@
 r"""The main job (`make demo`): CE against E1 + warmup on the copy task, several seeds.
 
-  python -m el_jax.demo --workdir=results/demo [--variant=cpu] [--seeds=0,1,2]
+  python -m el_jax.demo --workdir=results/demo [--variant=cpu] [--seeds=2,3,4]
 
-Trains each run of `RUNS` on `configs/copy_task.py:<variant>` (every run on
-the same fixed dataset, `--seeds` model initialisations), then writes
+Trains each run of `sweep()` in configs/copy_task.py (CE, E1 + warmup) on
+`configs/copy_task.py:<variant>` (every run on the same fixed dataset, with
+the variant's model seeds unless `--seeds` is given), then writes
 `<workdir>/summary.json`, the figures `<workdir>/summary.png` and
 `<workdir>/loss_easy_hard.png`, and prints the table
 loss x split x group x (EM, CL) as mean (min, max) over seeds.
@@ -20,18 +21,28 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
   sys.path.insert(0, ROOT)
 
-# label -> config overrides. E1 lam and warmup from experiments/copy_task_cpu_sweep.py.
-RUNS = {
-    "ce": {"loss.name": "ce"},
-    "e1_warmup": {"loss.name": "e1", "loss.lam": 4.0, "optim.warmup_steps": 300},
-}
+
+
+def demo_runs():
+  """{label: config overrides}: the runs of `sweep()` in configs/copy_task.py."""
+  from configs import copy_task as copy_cfg
+  runs = {}
+  copy_cfg.sweep(lambda **overrides: runs.setdefault(run_label(overrides), overrides))
+  return runs
+
+
+def run_label(overrides):
+  """"ce", "e1_warmup", ...: the loss name, plus "_warmup" when warmup is on."""
+  return overrides["loss.name"] + ("_warmup" if overrides.get("optim.warmup_steps") else "")
 
 
 def _define(fv):
   flags.DEFINE_string("workdir", "results/demo", "output directory", flag_values=fv)
   flags.DEFINE_string("variant", "cpu", "variant of configs/copy_task.py", flag_values=fv)
-  flags.DEFINE_list("seeds", ["0", "1", "2"], "model seeds", flag_values=fv)
-  flags.DEFINE_list("runs", list(RUNS), f"runs to train, of {list(RUNS)}", flag_values=fv)
+  flags.DEFINE_list("seeds", None, "model seeds (default: the variant's config.seeds)",
+                    flag_values=fv)
+  flags.DEFINE_list("runs", None, "labels of the runs to train (default: all of sweep())",
+                    flag_values=fv)
 
 
 def override(cfg, overrides):
@@ -42,6 +53,59 @@ def override(cfg, overrides):
       node = node[p]
     node[leaf] = val
   return cfg
+
+
+def make_config(variant, overrides, seeds=None):
+  """The variant's config with `overrides`, on as many devices as split a batch evenly."""
+  import jax
+  from configs import copy_task as copy_cfg
+  from el_jax import train
+  from el_jax.data import copy_task
+  cfg = override(copy_cfg.get_config(variant), overrides)
+  if seeds is not None:
+    cfg.seeds = tuple(seeds)
+  k = copy_task.strings_per_context(train.task_spec(cfg), cfg.data.context_len)
+  contexts, n = cfg.train.batch_strings // k, jax.device_count()
+  while contexts % n:  # e.g. 8 TPU cores and 4 contexts per batch -> 4 devices
+    n -= 1
+  cfg.num_devices = n
+  return cfg
+
+
+def run(variant="cpu", workdir="results/demo", seeds=None, labels=None):
+  """Trains the demo runs; writes summary.json and figures; returns the summary dict."""
+  from el_jax import plots, train
+  runs = demo_runs()
+  labels = list(runs) if labels is None else list(labels)
+  unknown = [r for r in labels if r not in runs]
+  if unknown:
+    raise ValueError(f"unknown demo runs {unknown}; valid runs: {list(runs)}")
+  summaries, rows = {}, {}
+  t0 = time.time()
+  cfg = None
+  for label in labels:
+    cfg = make_config(variant, runs[label], seeds)
+    wd = os.path.join(workdir, label)
+    print(f"== {label}: {runs[label]}, seeds {tuple(cfg.seeds)} -> {wd}", file=sys.stderr,
+          flush=True)
+    summaries[label] = train.train_and_evaluate(cfg, wd)
+    rows[label] = train.MetricsWriter(os.path.join(wd, "metrics.jsonl")).rows()
+  table = format_table(summaries)
+  out = {
+      "variant": variant,
+      "config": json.loads(cfg.to_json_best_effort()),
+      "runs": {k: runs[k] for k in labels},
+      "seeds": list(cfg.seeds),
+      "wall_seconds": round(time.time() - t0, 1),
+      "aggregate": {k: s["aggregate"] for k, s in summaries.items()},
+      "per_seed": {k: s["per_seed"] for k, s in summaries.items()},
+      "table": table,
+  }
+  with open(os.path.join(workdir, "summary.json"), "w") as f:
+    json.dump(out, f, indent=1)
+  plots.plot_summary(summaries, os.path.join(workdir, "summary.png"))
+  plots.plot_loss_groups(rows, os.path.join(workdir, "loss_easy_hard.png"))
+  return out
 
 
 def format_table(summaries):
@@ -66,42 +130,13 @@ def main(argv=None):
     fv(sys.argv if argv is None else argv)
   except flags.Error as e:
     raise SystemExit(f"error: {e}") from None
-  unknown = [r for r in fv.runs if r not in RUNS]
-  if unknown:
-    raise SystemExit(f"error: unknown --runs {unknown}; valid runs: {list(RUNS)}")
-  from configs import copy_task as copy_cfg
-  from el_jax import cli, plots, train
+  from el_jax import cli
   cli.log_devices()
   try:
-    seeds = tuple(int(s) for s in fv.seeds)
-    base = copy_cfg.get_config(fv.variant)
+    out = run(fv.variant, fv.workdir, fv.seeds and [int(s) for s in fv.seeds], fv.runs)
   except ValueError as e:
     raise SystemExit(f"error: {e}") from None
-  summaries, rows = {}, {}
-  t0 = time.time()
-  for label in fv.runs:
-    cfg = override(base.copy_and_resolve_references(), RUNS[label])
-    cfg.seeds = seeds
-    wd = os.path.join(fv.workdir, label)
-    print(f"== {label}: {dict(RUNS[label])}, seeds {seeds} -> {wd}", file=sys.stderr, flush=True)
-    summaries[label] = train.train_and_evaluate(cfg, wd)
-    rows[label] = train.MetricsWriter(os.path.join(wd, "metrics.jsonl")).rows()
-  table = format_table(summaries)
-  out = {
-      "variant": fv.variant,
-      "config": json.loads(base.to_json_best_effort()),
-      "runs": {k: RUNS[k] for k in fv.runs},
-      "seeds": list(seeds),
-      "wall_seconds": round(time.time() - t0, 1),
-      "aggregate": {k: s["aggregate"] for k, s in summaries.items()},
-      "per_seed": {k: s["per_seed"] for k, s in summaries.items()},
-      "table": table,
-  }
-  with open(os.path.join(fv.workdir, "summary.json"), "w") as f:
-    json.dump(out, f, indent=1)
-  plots.plot_summary(summaries, os.path.join(fv.workdir, "summary.png"))
-  plots.plot_loss_groups(rows, os.path.join(fv.workdir, "loss_easy_hard.png"))
-  print(table)
+  print(out["table"])
   print(f"wrote {fv.workdir}/summary.json, summary.png, loss_easy_hard.png "
         f"({out['wall_seconds']:.0f} s)")
   return out

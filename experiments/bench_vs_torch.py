@@ -124,7 +124,7 @@ def torch_worker(shape, attn, warmup, lr, clip, threads):
     for _ in range(n):
       loss = step(*batches[state["i"] % len(batches)])
       state["i"] += 1
-    float(loss)
+    float(loss.detach())
     return (time.perf_counter() - t0) / n
 
   t0 = time.perf_counter()
@@ -203,7 +203,8 @@ def main():
   p.add_argument("--impls", default="eager,sdpa", help="HF attention implementations")
   p.add_argument("--all_positions_too", action=argparse.BooleanOptionalAction, default=True,
                  help="also time el_jax computing logits at every position, as torch does")
-  p.add_argument("--threads", type=int, default=os.cpu_count(), help="torch intra-op threads")
+  p.add_argument("--threads", default=str(os.cpu_count()),
+                 help="torch intra-op threads; a comma-separated list times each")
   p.add_argument("--out", default=OUT)
   args, config_args = p.parse_known_args()
   config_args = config_args or DEFAULT_CONFIG
@@ -211,7 +212,7 @@ def main():
     return el_jax_worker(config_args, args.warmup, args.all_positions)
   if args.worker == "torch":
     s = json.loads(args.shape)
-    return torch_worker(s, args.attn, args.warmup, s["lr"], s["clip"], args.threads)
+    return torch_worker(s, args.attn, args.warmup, s["lr"], s["clip"], int(args.threads))
 
   ensure_torch_venv()
   me = os.path.abspath(__file__)
@@ -229,13 +230,16 @@ def main():
   if args.all_positions_too:
     workers["el_jax_all_positions"] = Worker(
         [sys.executable, me, "--worker=el_jax", "--all_positions", *common, *config_args])
-  for impl in [s for s in args.impls.split(",") if s]:
-    try:
-      workers[f"torch_{impl}"] = Worker(
-          [TORCH_PY, me, "--worker=torch", f"--attn={impl}", f"--shape={json.dumps(shape)}",
-           f"--threads={args.threads}", *common])
-    except RuntimeError as e:
-      print(f"skipping attention implementation {impl!r}: {e}", file=sys.stderr)
+  threads = [int(n) for n in args.threads.split(",") if n]
+  for n in threads:
+    for impl in [s for s in args.impls.split(",") if s]:
+      name = f"torch_{impl}" + (f"_t{n}" if len(threads) > 1 else "")
+      try:
+        workers[name] = Worker(
+            [TORCH_PY, me, "--worker=torch", f"--attn={impl}", f"--shape={json.dumps(shape)}",
+             f"--threads={n}", *common])
+      except RuntimeError as e:
+        print(f"skipping attention implementation {impl!r}: {e}", file=sys.stderr)
   for name, w in workers.items():
     print(f"{name}: {json.dumps(w.info)}", file=sys.stderr)
   load0 = os.getloadavg()
@@ -280,7 +284,7 @@ def main():
         f"of {args.steps} steps; load average {load0[0]:.1f} -> {load1[0]:.1f}")
   for name in names:
     s = summary[name]
-    print(f"{name:12s} step_ms={s['step_ms_median']:8.2f} tokens_per_s={s['tokens_per_s']:9.1f}")
+    print(f"{name:20s} step_ms={s['step_ms_median']:8.2f} tokens_per_s={s['tokens_per_s']:9.1f}")
   for key, r in ratios.items():
     print(f"ratio {key} (tokens/s) = {r['median']:.3f} (per-round median; rounds "
           f"{r['min']:.3f}..{r['max']:.3f})")

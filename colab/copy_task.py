@@ -61,7 +61,7 @@ from el_jax import train
 VARIANT = os.environ.get("EL_JAX_NOTEBOOK_VARIANT", "cpu")
 WORKDIR = os.environ.get("EL_JAX_NOTEBOOK_WORKDIR") or tempfile.mkdtemp(prefix="el_jax_copy_")
 
-# The runs of the config file's sweep(): CE, and E1 + warmup (what `make demo` runs).
+# The runs of the config file's sweep(): CE, CE + warmup and E1 + warmup (what `make demo` runs).
 # (At `test` size the 8 training steps end inside the warmup: a smoke test only.)
 print(f"variant {VARIANT!r}, runs {list(demo.demo_runs())}, workdir {WORKDIR}")
 

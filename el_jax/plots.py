@@ -24,14 +24,21 @@ def plot_loss_groups(rows_by_run, path, key="loss"):
   rows_by_run: {run label: metrics rows}. Thin lines are seeds.
   """
   n = len(rows_by_run)
-  fig, axes = plt.subplots(1, n, figsize=(4.5 * n, 3.4), squeeze=False, sharey=True)
+  fig, axes = plt.subplots(1, n, figsize=(4.5 * n, 3.4), squeeze=False)
   for ax, (label, rows) in zip(axes[0], rows_by_run.items()):
-    for seed, rs in _by_seed(rows, "train").items():
+    seeds = _by_seed(rows, "train")
+    values = []
+    for seed, rs in seeds.items():
       for g in ("easy", "hard"):
         pts = [(r["step"], max(r[f"{key}_{g}"], 1e-8)) for r in rs if r.get(f"{key}_{g}") is not None]
+        if not pts:
+          continue
+        values.extend(v for _, v in pts)
         ax.plot(*zip(*pts), color=_GROUP_COLORS[g],
-                alpha=0.7, lw=1, label=g if seed == min(_by_seed(rows, "train")) else None)
-    ax.set_yscale("log")
+                alpha=0.7, lw=1, label=g if seed == min(seeds) else None)
+    # E-losses plateau far from 0 (their minimum is not 0): log scale only for wide ranges.
+    if values and max(values) / min(values) > 20:
+      ax.set_yscale("log")
     ax.set_title(label)
     ax.set_xlabel("step")
     ax.grid(alpha=0.3)

@@ -16,6 +16,7 @@ replicated and the batch sharded over the `data` axis of a device mesh.
 import functools
 import json
 import os
+import sys
 import time
 
 import jax
@@ -372,7 +373,8 @@ def train_seed(trainer: Trainer, seed, workdir, writer, flat_hook=None):
   pending = None  # (step, metrics) of the previous step, fetched after the next dispatch
   t0 = time.time()
   bar = tqdm(range(start, stop), initial=start, total=stop, desc=f"seed {seed}",
-             disable=not cfg.get("progress", True), leave=False, dynamic_ncols=True)
+             disable=not cfg.get("progress", True), leave=False, dynamic_ncols=True,
+             mininterval=0.5 if sys.stderr.isatty() else 30.0)
   for step in bar:
     batch = trainer.put_batch(st.batch(seed, step))
     state, metrics = trainer.step(state, batch)
@@ -421,7 +423,7 @@ def _check_and_log(pending, seed, st, writer, bar, t0):
     row = {"seed": seed, "step": step, "kind": "train", "lr": float(st.schedule(step - 1)),
            "epoch": (step - 1) / st.steps_per_epoch, "time_s": round(time.time() - t0, 3), **m}
     writer.write(row)
-    bar.set_postfix(loss=f"{m['loss']:.4f}")
+    bar.set_postfix(loss=f"{m['loss']:.4f}", refresh=False)
 
 
 def aggregate(finals):

@@ -31,13 +31,24 @@ LOSSES = {
 }
 
 
+LOSSES2 = {
+    "ce_lr3e-4": {"loss.name": "ce", "optim.lr": 3e-4},
+    "e1_lam1_warmup750": {"loss.name": "e1", "loss.lam": 1.0, "optim.warmup_steps": 750},
+    "e1_lam2_warmup": {"loss.name": "e1", "loss.lam": 2.0, "optim.warmup_steps": 300},
+    "e1_lam1_warmup_lr3e-4": {"loss.name": "e1", "loss.lam": 1.0, "optim.warmup_steps": 300,
+                              "optim.lr": 3e-4},
+}
+
+
 def points(stage):
   if stage == "scan":
     for k, width, layers in itertools.product((4, 1), (128,), (2,)):
       yield {"data.context_len": 55 * k, "model.embed_dim": width, "model.num_layers": layers,
              "train.num_steps": 1500, "seeds": (0, 1)}
+  elif stage == "scan2":  # second pass at one string per context: warmup length, lam 2, lr
+    yield {"data.context_len": 55, "train.num_steps": 1500, "seeds": (0, 1)}
   else:
-    raise ValueError(f"unknown stage {stage!r}; valid: scan")
+    raise ValueError(f"unknown stage {stage!r}; valid: scan, scan2")
 
 
 def name_of(point):
@@ -54,7 +65,7 @@ def main():
   results = json.load(open(out_json)) if os.path.exists(out_json) else []
   done = {(r["point"], r["loss"]) for r in results}
   for point in points(args.stage):
-    for loss, lo in LOSSES.items():
+    for loss, lo in (LOSSES2 if args.stage == "scan2" else LOSSES).items():
       pname = name_of(point)
       if (pname, loss) in done:
         continue

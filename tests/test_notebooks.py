@@ -50,11 +50,11 @@ def test_copy_task_notebook_runs(tmp_path, monkeypatch):
   text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
   assert "CpuDevice" in text and "variant 'test'" in text
   table_rows = [l.split()[:3] for l in text.splitlines()]
-  for run in ("ce", "e1_warmup"):
+  for run in ("ce", "ce_warmup", "e1_warmup"):
     for split in ("train", "test"):
       for group in ("easy", "hard"):
         assert [run, split, group] in table_rows, text
   images = [o for o in outputs if "data" in o and "image/png" in o.data]
-  assert len(images) == 4  # loss easy/hard, accuracy per run (2), summary
-  for run in ("ce", "e1_warmup"):
+  assert len(images) == 5  # loss easy/hard, accuracy per run (3), summary
+  for run in ("ce", "ce_warmup", "e1_warmup"):
     assert (tmp_path / run / "seed_0" / "final.json").exists()

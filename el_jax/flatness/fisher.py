@@ -92,7 +92,10 @@ def _draws(logits_fn, params, batch, key, num_samples, chunk, probe):
     return _util.tree_vdot(g, g)
 
   keys = jax.random.split(key, num_samples)
-  sq_s = jax.lax.map(draw, keys, batch_size=min(chunk or num_samples, num_samples))
+  if not chunk or chunk >= num_samples:
+    sq_s = jax.vmap(draw)(keys)  # no loop: residuals stay outside a while body
+  else:
+    sq_s = jax.lax.map(draw, keys, batch_size=chunk)
   return sq_s, jnp.sum(mask)
 
 

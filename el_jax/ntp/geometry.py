@@ -14,7 +14,9 @@ Seed 003 definitions, with S_j = supp(p_j) and W of shape `[V, d]`:
 Every matrix on F is handled through its Gram matrix (size R = sum_j
 (|S_j| - 1)) rather than the dense `[R, V*d]` constraint matrix, so text
 instances with V*d ~ 1e5 stay cheap. The SVM goes to Clarabel directly; see
-`ntp_svm` for why.
+`ntp_svm` for why. Above `AUTO_MAX_DUAL` dual variables the dense dual does
+not fit and `ntp_svm` switches to a matrix-free FISTA on the same dual
+(`_DualOperator`, `_svm_first_order`).
 """
 import dataclasses
 import time
@@ -210,7 +212,14 @@ class SVMResult:
     certificate_residual: max violation of those certificate conditions.
     status: the solver's status string; `polished`: whether the exact
       active-set solve replaced the interior-point iterate.
-    solve_time: seconds spent in Clarabel.
+    solve_time: seconds spent in the solver (Clarabel, or the whole
+      first-order solve including its setup).
+    method: "clarabel" or "first_order".
+    iterations: first-order iterations (0 for Clarabel).
+    gap: first-order relative duality gap (P - D) / P at the returned W
+      (0 for Clarabel, whose tolerance is `tol`).
+    raw_min_constraint: first-order min constraint before the final
+      rescaling W <- W / min constraint (nan for Clarabel).
   """
   separable: bool
   W: Optional[np.ndarray]
@@ -224,6 +233,10 @@ class SVMResult:
   status: str
   polished: bool
   solve_time: float
+  method: str = "clarabel"
+  iterations: int = 0
+  gap: float = 0.0
+  raw_min_constraint: float = np.nan
 
 
 def _constraint_stats(W, H, S):
@@ -297,8 +310,168 @@ def _svm_dual(H, S):
   return (M + M.T) / 2, sysf, gsys, B
 
 
-def ntp_svm(H, P, *, tol=1e-9, polish=True, active_tol=1e-6):
+# ---------------------------------------------------------------------------
+# Matrix-free first-order solver of the same dual, for sizes where the dense
+# n x n Hessian of `_svm_dual` does not fit.
+
+# Above this dual size n (or F-rank R) `method="auto"` uses the first-order solver.
+AUTO_MAX_DUAL = 3000
+
+
+class _DualOperator:
+  """lam -> constraint values of W(lam) = P_Fperp G^T lam, without forming M.
+
+  Everything lives in logit space: W = Y^T H for a coefficient matrix Y
+  `[m, V]`, so the logits are L = H W^T = K Y with K = H H^T and ||W||^2 =
+  <Y, K Y>. G^T lam is Y_g = e_z0 rowsum(Lam) - Lam (Lam `[m, V]`, zero on the
+  supports); the F-component is A_f^T mu with mu = G_ff^{-1} A_f W (one
+  Cholesky solve of the R x R Gram of F's rows) and its logits are a sparse
+  product. One call costs one m x m x V product (sparse once few
+  multipliers are positive, as near the optimum), and the constraint
+  values (M lam) come out as g_jv = L_{j z0_j} - L_jv.
+  """
+
+  def __init__(self, H, S):
+    m, V = S.shape
+    self.S, self.off = S, ~S
+    P1 = S.astype(np.float64) / S.sum(1, keepdims=True)
+    self.z0 = np.array([np.flatnonzero(S[j])[np.argmax(P1[j, S[j]])] for j in range(m)])
+    self.K = H @ H.T
+    fj, fa, fb = [], [], []
+    for j in range(m):
+      for z in np.flatnonzero(S[j]):
+        if z != self.z0[j]:
+          fj.append(j), fa.append(z), fb.append(self.z0[j])
+    self.fj, self.fa, self.fb = (np.asarray(x, np.int64) for x in (fj, fa, fb))
+    R = len(self.fj)
+    self.R = R
+    if R:
+      r = np.arange(R)
+      Cf = sparse.csr_matrix((np.r_[np.ones(R), -np.ones(R)], (np.r_[r, r], np.r_[self.fa, self.fb])),
+                             shape=(R, V))
+      self.CfT = Cf.T.tocsr()
+      self.Kf = self.K[self.fj]  # [R, m]
+      G = (Cf @ Cf.T).toarray() * self.Kf[:, self.fj]
+      gmax = max(float(np.diag(G).max()), 1e-300)
+      self.cho = None
+      try:
+        c = linalg.cho_factor(G, lower=True, check_finite=False)
+        if np.diag(c[0]).min() ** 2 > 1e3 * RANK_RTOL * gmax:
+          self.cho = c
+      except linalg.LinAlgError:
+        pass
+      self.pinv = None if self.cho is not None else _psd_pinv(G)[0]
+
+  def _mu(self, L):
+    rf = L[self.fj, self.fa] - L[self.fj, self.fb]
+    if self.cho is not None:
+      return linalg.cho_solve(self.cho, rf, check_finite=False)
+    return self.pinv @ rf
+
+  def coefficients(self, Lam):
+    """(Y, L): W(lam) = Y^T H and its logits L = K Y."""
+    m = Lam.shape[0]
+    Y = -Lam
+    Y[np.arange(m), self.z0] += Lam.sum(1)
+    if np.count_nonzero(Y) < 0.1 * Y.size:  # late iterates are sparse: m * nnz flops
+      L = np.asarray((sparse.csc_matrix(Y).T @ self.K).T)
+    else:
+      L = self.K @ Y
+    if self.R:
+      mu = self._mu(L)
+      L -= (self.CfT @ (self.Kf * mu[:, None])).T
+      np.add.at(Y, (self.fj, self.fa), -mu)
+      np.add.at(Y, (self.fj, self.fb), mu)
+    return Y, L
+
+  def __call__(self, Lam):
+    """M lam as an `[m, V]` matrix (zero on the supports)."""
+    _, L = self.coefficients(Lam)
+    g = L[np.arange(L.shape[0]), self.z0][:, None] - L
+    return np.where(self.off, g, 0.0)
+
+
+def _dual_gap(lam, g, off):
+  """(relative duality gap, min constraint, ||W||^2) at lam with M lam = g.
+
+  Dual value D = 1^T lam - ||W||^2 / 2 <= ||W_mm||^2 / 2 <= P = ||W||^2 /
+  (2 min g^2), the objective of the feasible rescaled W / min g.
+  """
+  a = float(np.sum(lam * g))
+  gmin = float(g[off].min())
+  D = float(lam.sum()) - a / 2
+  if gmin <= 0 or a <= 0:
+    return np.inf, gmin, a
+  P = a / (2 * gmin**2)
+  return (P - D) / P, gmin, a
+
+
+def _svm_first_order(H, S, tol, max_iter, max_time, power_iters=30, seed=0):
+  """FISTA with gradient restarts and a backtracked step on the NTP-SVM dual.
+
+  Returns (lam `[m, V]`, op, info dict). Stops when the relative duality gap
+  (see `_dual_gap`) is <= tol; since the primal is 1-strongly convex,
+  ||W/min g - W_mm||^2 <= 2 (P - D), i.e. a relative W error <= sqrt(tol).
+  """
+  t_start = time.perf_counter()
+  op = _DualOperator(H, S)
+  off = op.off
+  # Lipschitz constant lambda_max(M) by power iteration (an underestimate, so
+  # the step is also backtracked below).
+  x = np.where(off, np.random.default_rng(seed).random(S.shape), 0.0)
+  lip = 1.0
+  for _ in range(power_iters):
+    y = op(x)
+    lip = float(np.sqrt(np.sum(y * y) / np.sum(x * x)))
+    x = y / max(np.linalg.norm(y), 1e-300)
+  lip *= 1.05
+  # Start at the best multiple of the all-ones vector.
+  ones = off.astype(np.float64)
+  g1 = op(ones)
+  # (Guarded: 1^T M 1 ~ 0 means the all-ones ray is nearly a Farkas ray.)
+  c = off.sum() / max(float(np.sum(ones * g1)), 1e-6 * lip * off.sum(), 1e-300)
+  lam, g = ones * c, g1 * c
+  lam_cap = 1e8 * max(float(lam.sum()), 1.0)
+  y, gy, t = lam, g, 1.0
+  it, restarts, rel, gmin = 0, 0, np.inf, -np.inf
+  while it < max_iter:
+    it += 1
+    lam_new = np.where(off, np.maximum(y - (gy - 1.0) / lip, 0.0), 0.0)
+    g_new = op(lam_new)
+    dd = lam_new - y
+    nd = float(np.sum(dd * dd))
+    dMd = float(np.sum(dd * (g_new - gy)))
+    if nd > 0 and dMd > lip * nd * (1 + 1e-9):  # step too long: back off and retry
+      lip = max(2 * lip, 1.05 * dMd / nd)
+      continue
+    if np.sum((gy - 1.0) * (lam_new - lam)) > 0:  # gradient restart
+      t, restarts = 1.0, restarts + 1
+    t_new = (1 + np.sqrt(1 + 4 * t * t)) / 2
+    beta = (t - 1) / t_new
+    y = lam_new + beta * (lam_new - lam)
+    gy = g_new + beta * (g_new - g)
+    lam, g, t = lam_new, g_new, t_new
+    rel, gmin, _ = _dual_gap(lam, g, off)
+    if rel <= tol or time.perf_counter() - t_start > max_time:
+      break
+    if not lam.sum() < lam_cap:  # dual unbounded (not separable): stop before overflow
+      break
+  info = dict(iterations=it, restarts=restarts, gap=rel, raw_min_constraint=gmin, lipschitz=lip,
+              converged=bool(rel <= tol))
+  return lam, op, info
+
+
+def ntp_svm(H, P, *, tol=None, polish=True, active_tol=1e-6, method="auto",
+            max_iter=20000, max_time=np.inf):
   """W_mm = argmin ||W||_F s.t. W in F-perp and (e_z - e_v)^T W h_j >= 1.
+
+  `method`: "clarabel" (exact interior point on the dense dual), "first_order"
+  (matrix-free FISTA on the same dual, `_svm_first_order`) or "auto" (Clarabel
+  unless the dual size n or F's rank R exceeds `AUTO_MAX_DUAL`). `tol`: the
+  solver tolerance, default 1e-9 for Clarabel and a relative duality gap of
+  1e-6 for first_order (relative error of W <= 1e-3). `max_iter`, `max_time`
+  (seconds) bound the first-order solve; if they stop it before `tol` the
+  result is still feasible (rescaled) and `gap` says how far it is.
 
   Solved with Clarabel (interior point, Rust; cvxpy's default QP solver) on
   the dual QP of `_svm_dual`, called directly rather than through cvxpy
@@ -317,6 +490,15 @@ def ntp_svm(H, P, *, tol=1e-9, polish=True, active_tol=1e-6):
     z = np.zeros((m, V))
     return SVMResult(True, np.zeros((V, d)), np.inf, np.inf, 0.0, ~S, z, None, 0.0,
                      "NoConstraints", False, 0.0)
+  if method == "auto":
+    n, R = int((~S).sum()), int(S.sum() - m)
+    method = "first_order" if max(n, R) > AUTO_MAX_DUAL else "clarabel"
+  if method == "first_order":
+    return _ntp_svm_first_order(H, S, 1e-6 if tol is None else tol, max_iter, max_time,
+                                polish, active_tol)
+  if method != "clarabel":
+    raise ValueError(f"unknown method {method!r}")
+  tol = 1e-9 if tol is None else tol
   M, sysf, gsys, B = _svm_dual(H, S)
   n = M.shape[0]
   settings = clarabel.DefaultSettings()
@@ -357,6 +539,41 @@ def ntp_svm(H, P, *, tol=1e-9, polish=True, active_tol=1e-6):
   active = (~S) & (L >= c[:, None] - 1 - active_tol)
   return SVMResult(True, W, float(1.0 / np.linalg.norm(W)) if np.any(W) else np.inf,
                    ineq, eq, active, dual, None, 0.0, status, polished, dt)
+
+
+def _ntp_svm_first_order(H, S, tol, max_iter, max_time, polish, active_tol):
+  m, V = S.shape
+  t0 = time.perf_counter()
+  lam, op, info = _svm_first_order(H, S, tol, max_iter, max_time)
+  Y, _ = op.coefficients(lam)
+  dt = time.perf_counter() - t0
+  gmin = info["raw_min_constraint"]
+  if not gmin > 0:
+    # Unbounded dual: W(lam) / sum(lam) -> 0 gives a Farkas certificate.
+    cert = -Y / max(float(lam.sum()), 1e-300)
+    res = check_infeasibility_certificate(H, S / S.sum(1, keepdims=True), cert)
+    if res <= 1e-6:
+      return SVMResult(False, None, 0.0, np.nan, np.nan, None, None, cert, res, "DualInfeasible",
+                       False, dt, "first_order", info["iterations"], np.inf, gmin)
+    raise RuntimeError(f"first-order NTP-SVM: no feasible W after {info['iterations']} iterations"
+                       f" (min constraint {gmin:.3g}) and no certificate (residual {res:.3g})")
+  W = (Y.T @ H) / gmin  # rescaled so that every constraint holds
+  status = "Solved" if info["converged"] else "MaxIterations"
+  polished = False
+  if polish and info["converged"]:
+    _, _, L = _constraint_stats(W, H, S)
+    c = np.where(S, L, 0).sum(1) / S.sum(1)
+    n_act = int(((~S) & (L >= c[:, None] - 1 - 10 * np.sqrt(tol))).sum())
+    if op.R + n_act <= AUTO_MAX_DUAL:  # the active-set solve is dense in its size
+      Wp = _polish(H, S, W, 10 * np.sqrt(tol))
+      if Wp is not None:
+        W, polished = Wp, True
+  ineq, eq, L = _constraint_stats(W, H, S)
+  c = np.where(S, L, 0).sum(1) / S.sum(1)
+  active = (~S) & (L >= c[:, None] - 1 - active_tol)
+  return SVMResult(True, W, float(1.0 / np.linalg.norm(W)), ineq, eq, active, lam, None, 0.0,
+                   status, polished, dt, "first_order", info["iterations"],
+                   0.0 if polished else info["gap"], gmin)
 
 
 def check_infeasibility_certificate(H, P, Y):

@@ -22,7 +22,6 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from el_jax.flatness import _util
-from el_jax.flatness import hvp_ops as hvp_lib
 
 
 @dataclasses.dataclass(frozen=True)

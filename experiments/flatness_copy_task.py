@@ -2,9 +2,8 @@ r"""Does equal learning land in flatter solutions? Tr(H) and Tr(F) over copy-tas
 
   python experiments/flatness_copy_task.py --out=results/flatness --workdir=runs/flatness
 
-Trains the `cpu` copy task (configs/copy_task.py:cpu) with CE and with E1 +
-warmup (lam=4 with 200 warmup steps, the `sweep` of that config, and with 300,
-the point of experiments/copy_task_cpu_sweep.py) and measures,
+Trains the `cpu` copy task (configs/copy_task.py:cpu) with the CE and the
+E1 + warmup runs of `make demo` (the `sweep()` of that config) and measures,
 every `--every` steps on the same fixed training batches, the Hessian trace
 (Hutchinson), the Fisher trace (labels sampled from the model) and the top
 Hessian eigenvalue of the *mean cross-entropy* on the scored answer tokens, so
@@ -25,26 +24,16 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from configs import copy_task as copy_cfg  # noqa: E402
+from el_jax import demo  # noqa: E402
 from el_jax import train  # noqa: E402
 
-LOSSES = {
-    "ce": {"loss.name": "ce"},
-    # The `sweep` of configs/copy_task.py ...
-    "e1_warmup": {"loss.name": "e1", "loss.lam": 4.0, "optim.warmup_steps": 200},
-    # ... and the E1 point of experiments/copy_task_cpu_sweep.py (300 warmup steps).
-    "e1_warmup300": {"loss.name": "e1", "loss.lam": 4.0, "optim.warmup_steps": 300},
-}
+# The CE and E1 + warmup runs of `make demo` (configs/copy_task.py sweep()).
+LOSSES = {k: v for k, v in demo.demo_runs().items() if k in ("ce", "e1_warmup")}
 KEYS = ("hessian_trace", "fisher_trace", "top_eigenvalue")
 
 
 def make_config(overrides, args):
-  c = copy_cfg.get_config("cpu")
-  for key, val in overrides.items():
-    node = c
-    *path, leaf = key.split(".")
-    for p in path:
-      node = node[p]
-    node[leaf] = val
+  c = demo.override(copy_cfg.get_config("cpu"), overrides)
   c.seeds = tuple(args.seeds)
   c.train.num_steps = args.steps
   c.train.checkpoint_every = args.steps

@@ -357,7 +357,8 @@ def train_seed(trainer: Trainer, seed, workdir, writer, flat_hook=None):
     start = 0
   else:
     start = int(state["step"])
-    writer.truncate(seed, start)
+  # Rows logged past the resume point (all of them when starting afresh) are recomputed.
+  writer.truncate(seed, start if start else -1)
   stop = tcfg.num_steps if not tcfg.get("stop_at_step", 0) else min(tcfg.stop_at_step, tcfg.num_steps)
 
   def log_eval(step, params):

@@ -22,6 +22,7 @@ import pytest
 from flax import nnx
 
 from configs import copy_task as copy_config
+from el_jax import demo
 from el_jax import optim
 from el_jax import train
 from el_jax.data import copy_task
@@ -48,14 +49,8 @@ GOLDEN_STEP_1 = {"loss": 3.351510763168335, "grad_norm": 1.4828977584838867,
 
 def _config(**overrides):
   """The `test` config with dotted-key overrides, e.g. `**{"optim.lr": 1e-2}`."""
-  config = copy_config.get_config("test")
+  config = demo.override(copy_config.get_config("test"), overrides)
   config.progress = False
-  for key, value in overrides.items():
-    *path, name = key.split(".")
-    node = config
-    for p in path:
-      node = node[p]
-    node[name] = value
   return config
 
 
@@ -272,6 +267,18 @@ def test_finished_seed_is_not_retrained(runs, monkeypatch, tmp_path):
   assert summary["num_params"] == runs.summary_full["num_params"] > 0
   assert (workdir / "metrics.jsonl").read_text() == metrics_before
   assert _snapshot(workdir / "seed_0") == checkpoints_before
+
+
+def test_retraining_a_lost_seed_replaces_its_old_rows(runs, tmp_path):
+  """Seed files deleted but metrics.jsonl kept: the new run's rows replace the old ones."""
+  workdir = tmp_path / "run"
+  shutil.copytree(runs.full, workdir)
+  shutil.rmtree(workdir / "seed_0")
+  train.train_and_evaluate(_config(), str(workdir))
+  rows = [{k: v for k, v in r.items() if k != "time_s"} for r in _rows(workdir)]
+  keys = [(r["seed"], r["step"], r["kind"]) for r in rows]
+  assert len(keys) == len(set(keys)), f"stale rows of the lost run were kept: {keys}"
+  assert rows == [{k: v for k, v in r.items() if k != "time_s"} for r in _rows(runs.full)]
 
 
 # ----------------------------------------------------------------------------

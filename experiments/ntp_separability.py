@@ -14,7 +14,6 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import numpy as np  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from el_jax.ntp import data as data_lib  # noqa: E402

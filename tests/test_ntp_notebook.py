@@ -3,7 +3,6 @@ import os
 
 import jupytext
 import nbformat
-import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NB = os.path.join(ROOT, "colab", "ntp_linear.ipynb")

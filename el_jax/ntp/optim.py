@@ -13,7 +13,6 @@ recorded metrics are those of the paper's Fig. 1:
 """
 import dataclasses
 import functools
-from typing import Optional
 
 import jax
 import jax.numpy as jnp

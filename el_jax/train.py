@@ -474,20 +474,30 @@ def train_and_evaluate(config, workdir):
   return summary
 
 
+def ce_objectives(graphdef):
+  """(loss_fn, logits_fn) of the mean CE on a copy-task batch's scored tokens.
+
+  The pure functions of params and batch that el_jax.flatness measures:
+  `loss_fn(params, batch) -> scalar`, `logits_fn(params, batch) -> (logits, mask)`.
+  """
+  ce = losses.get_loss("ce")
+
+  def logits_fn(params, batch):
+    return decoder.apply(graphdef, params, batch["inputs"], batch["segment_ids"]), batch["loss_mask"]
+
+  def loss_fn(params, batch):
+    logits, mask = logits_fn(params, batch)
+    return _masked_mean(ce(logits, batch["targets"]), mask)
+
+  return loss_fn, logits_fn
+
+
 def make_flatness_hook(trainer):
   """Measures Hessian / Fisher traces of the mean CE on fixed training batches."""
   from el_jax import flatness
   st = trainer.setup
   fcfg = st.config.flatness
-  ce = losses.get_loss("ce")
-  graphdef = trainer.graphdef
-
-  def loss_fn(params, batch):
-    logits = decoder.apply(graphdef, params, batch["inputs"], batch["segment_ids"])
-    return _masked_mean(ce(logits, batch["targets"]), batch["loss_mask"])
-
-  def logits_fn(params, batch):
-    return decoder.apply(graphdef, params, batch["inputs"], batch["segment_ids"]), batch["loss_mask"]
+  loss_fn, logits_fn = ce_objectives(trainer.graphdef)
 
   # Fixed batches (the first ones of epoch 0 for model seed 0): the same data at every measurement.
   batches = [st.batch(0, i % st.steps_per_epoch) for i in range(fcfg.num_batches)]

@@ -24,7 +24,6 @@ import numpy as np
 from absl import flags
 
 from el_jax import cli
-from el_jax import losses
 from el_jax import train
 from el_jax.flatness import fisher as fisher_lib
 from el_jax.flatness import trace as trace_lib
@@ -44,15 +43,7 @@ def make_problem(config):
   """(loss_fn, logits_fn, params, stacked batch) for the config's copy-task model."""
   setup = train.Setup(config)
   graphdef, params = decoder.init(setup.model_cfg, 0)
-  ce = losses.get_loss("ce")
-
-  def logits_fn(params, batch):
-    logits = decoder.apply(graphdef, params, batch["inputs"], batch["segment_ids"])
-    return logits, batch["loss_mask"]
-
-  def loss_fn(params, batch):
-    logits, mask = logits_fn(params, batch)
-    return (ce(logits, batch["targets"]) * mask).sum() / mask.sum()
+  loss_fn, logits_fn = train.ce_objectives(graphdef)
 
   batch = {k: np.asarray(v) for k, v in setup.batch(0, 0).items()}
   return setup, loss_fn, logits_fn, params, batch

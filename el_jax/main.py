@@ -14,6 +14,7 @@ import sys
 TASKS = {
     "copy_task": "el_jax.train:train_and_evaluate",
     "ntp_linear": "el_jax.ntp.train:train_and_evaluate",
+    "path_star": "el_jax.train:train_and_evaluate",
 }
 
 

@@ -18,11 +18,13 @@ def _by_seed(rows, kind):
   return {s: sorted(v, key=lambda r: r["step"]) for s, v in sorted(out.items())}
 
 
-def plot_loss_groups(rows_by_run, path, key="loss"):
+def plot_loss_groups(rows_by_run, path, key="loss", group_names=None):
   """Training loss of easy vs hard strings over steps, one panel per run (paper Figs. 2, 4).
 
-  rows_by_run: {run label: metrics rows}. Thin lines are seeds.
+  rows_by_run: {run label: metrics rows}. Thin lines are seeds. `group_names`
+  relabels the groups in the legend (e.g. the path-star decision token).
   """
+  group_names = {"easy": "easy", "hard": "hard", **(group_names or {})}
   n = len(rows_by_run)
   fig, axes = plt.subplots(1, n, figsize=(4.5 * n, 3.4), squeeze=False)
   for ax, (label, rows) in zip(axes[0], rows_by_run.items()):
@@ -35,7 +37,7 @@ def plot_loss_groups(rows_by_run, path, key="loss"):
           continue
         values.extend(v for _, v in pts)
         ax.plot(*zip(*pts), color=_GROUP_COLORS[g],
-                alpha=0.7, lw=1, label=g if seed == min(seeds) else None)
+                alpha=0.7, lw=1, label=group_names[g] if seed == min(seeds) else None)
     # E-losses plateau far from 0 (their minimum is not 0): log scale only for wide ranges.
     if values and max(values) / min(values) > 20:
       ax.set_yscale("log")
@@ -97,6 +99,43 @@ def plot_summary(summaries, path):
     ax.set_ylim(0, 1.05)
     ax.axhline(1 / 26, color="gray", lw=0.8, ls=":")
     ax.grid(alpha=0.3, axis="y")
+  axes[0].legend(fontsize=8)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+
+
+def plot_path_accuracy(rows, path_len, path):
+  """Path-star: test accuracy of each output token over steps, greedy and teacher forced.
+
+  Mean over seeds (band = min..max). The Clever-Hans pattern: teacher-forced
+  accuracy of the tokens after the decision token is 1 while the decision
+  token sits near 1/d.
+  """
+  evals = [r for r in rows if r.get("kind") == "eval"]
+  fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
+  colors = plt.get_cmap("viridis")(np.linspace(0, 0.9, path_len))
+  for ax, mode in zip(axes, ("greedy", "tf")):
+    keys = [(f"test_{mode}_pos{j}", f"token {j}", colors[j]) for j in range(path_len)]
+    if mode == "greedy":
+      keys.append(("test_em", "whole path (EM)", "tab:red"))
+    for key, label, color in keys:
+      by_step = collections.defaultdict(list)
+      for r in evals:
+        if key in r:
+          by_step[r["step"]].append(r[key])
+      if not by_step:
+        continue
+      steps = sorted(by_step)
+      v = [np.array(by_step[s]) for s in steps]
+      ax.plot(steps, [x.mean() for x in v], color=color, label=label,
+              lw=2 if key == "test_em" else 1.2)
+      ax.fill_between(steps, [x.min() for x in v], [x.max() for x in v], color=color, alpha=0.12)
+    ax.set_title("test, greedy decoding" if mode == "greedy" else "test, teacher forced")
+    ax.set_xlabel("step")
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+  axes[0].set_ylabel("accuracy")
   axes[0].legend(fontsize=8)
   fig.tight_layout()
   fig.savefig(path, dpi=110)

@@ -120,6 +120,54 @@ class Setup:
         "segment_ids": np.broadcast_to(self.segment_T, (c, self.segment_T.size)).copy(),
     }
 
+  def eval_sets(self):
+    """(split name, dataset) pairs evaluated at every eval step."""
+    return (("train", self.train), ("test", self.test))
+
+  def decode_fn(self, graphdef):
+    """f(params, contexts, segment_ids) -> greedy answers; `Trainer` jits it."""
+    return functools.partial(greedy_answers, graphdef, self.spec, self.k)
+
+  def summary_fields(self):
+    """Task-specific entries of summary.json."""
+    return {}
+
+  def write_plots(self, rows, workdir):
+    from el_jax import plots  # matplotlib only when training for real
+    plots.plot_loss_groups({self.config.loss.name: rows}, os.path.join(workdir, "loss_easy_hard.png"))
+    plots.plot_accuracy(rows, os.path.join(workdir, "accuracy.png"))
+
+  def evaluate(self, trainer, params, dataset):
+    """EM and CL accuracy by greedy decoding, per group; returns a flat dict."""
+    st = self
+    n = dataset.tokens.shape[0]
+    per_call = max(st.config.train.eval_batch_contexts, 1) * st.k
+    ndev = st.mesh.devices.size
+    per_call = -(-per_call // (st.k * ndev)) * st.k * ndev  # whole contexts per device
+    preds = []
+    for lo in range(0, n, per_call):
+      toks = dataset.tokens[lo:lo + per_call]
+      m = toks.shape[0]
+      valid = np.ones(per_call, bool)
+      if m < per_call:  # pad the last call with copies, excluded from the metrics
+        toks = np.concatenate([toks, np.repeat(toks[:1], per_call - m, axis=0)])
+        valid[m:] = False
+      ctx, _ = copy_task.pack(toks, st.k)
+      seg = np.broadcast_to(st.segment_T, ctx.shape).copy()
+      p = np.asarray(trainer.decode(params, *jax.device_put((ctx, seg), trainer.data_sharding)))
+      preds.append(p.reshape(-1, st.spec.seq_len)[:m])
+    pred_NxL = np.concatenate(preds)
+    ans = copy_task.answer_positions(st.spec)
+    true_NxL = dataset.tokens[:, ans]
+    correct = pred_NxL == true_NxL
+    out = {}
+    for g, sel in (("easy", dataset.easy), ("hard", ~dataset.easy), ("all", np.ones(n, bool))):
+      c = correct[sel]
+      out[f"em_{g}"] = float(c.all(axis=1).mean()) if c.size else float("nan")
+      out[f"cl_{g}"] = float(c.mean()) if c.size else float("nan")
+      out[f"n_{g}"] = int(sel.sum())
+    return out
+
 
 def make_mesh(num_devices=0):
   """1-D `data` mesh over the first `num_devices` local devices (0 = all)."""
@@ -236,9 +284,8 @@ class Trainer:
                                           positions=positions),
                         in_shardings=(self.state_sharding, self.data_sharding),
                         out_shardings=(self.state_sharding, self.repl), donate_argnums=0)
-    self.decode = jax.jit(functools.partial(greedy_answers, self.graphdef, setup.spec, setup.k),
-                          in_shardings=(self.repl, self.data_sharding, self.data_sharding),
-                          out_shardings=self.data_sharding)
+    # Inputs arrive sharded over `data` (see the setups' `evaluate`), params replicated.
+    self.decode = jax.jit(setup.decode_fn(self.graphdef))
 
   def init(self, seed):
     return self._init(seed)
@@ -247,35 +294,8 @@ class Trainer:
     return jax.device_put(batch, self.data_sharding)
 
   def evaluate(self, params, dataset):
-    """EM and CL accuracy by greedy decoding, per group; returns a flat dict."""
-    st = self.setup
-    n = dataset.tokens.shape[0]
-    per_call = max(st.config.train.eval_batch_contexts, 1) * st.k
-    ndev = st.mesh.devices.size
-    per_call = -(-per_call // (st.k * ndev)) * st.k * ndev  # whole contexts per device
-    preds = []
-    for lo in range(0, n, per_call):
-      toks = dataset.tokens[lo:lo + per_call]
-      m = toks.shape[0]
-      valid = np.ones(per_call, bool)
-      if m < per_call:  # pad the last call with copies, excluded from the metrics
-        toks = np.concatenate([toks, np.repeat(toks[:1], per_call - m, axis=0)])
-        valid[m:] = False
-      ctx, _ = copy_task.pack(toks, st.k)
-      seg = np.broadcast_to(st.segment_T, ctx.shape).copy()
-      p = np.asarray(self.decode(params, *jax.device_put((ctx, seg), self.data_sharding)))
-      preds.append(p.reshape(-1, st.spec.seq_len)[:m])
-    pred_NxL = np.concatenate(preds)
-    ans = copy_task.answer_positions(st.spec)
-    true_NxL = dataset.tokens[:, ans]
-    correct = pred_NxL == true_NxL
-    out = {}
-    for g, sel in (("easy", dataset.easy), ("hard", ~dataset.easy), ("all", np.ones(n, bool))):
-      c = correct[sel]
-      out[f"em_{g}"] = float(c.all(axis=1).mean()) if c.size else float("nan")
-      out[f"cl_{g}"] = float(c.mean()) if c.size else float("nan")
-      out[f"n_{g}"] = int(sel.sum())
-    return out
+    """The task's evaluation of `params` on `dataset` (a flat dict of floats)."""
+    return self.setup.evaluate(self, params, dataset)
 
 
 def _to_float(tree):
@@ -363,7 +383,7 @@ def train_seed(trainer: Trainer, seed, workdir, writer, flat_hook=None):
 
   def log_eval(step, params):
     row = {"seed": seed, "step": step, "kind": "eval"}
-    for split, ds in (("train", st.train), ("test", st.test)):
+    for split, ds in st.eval_sets():
       for key, val in trainer.evaluate(params, ds).items():
         row[f"{split}_{key}"] = val
     writer.write(row)
@@ -439,10 +459,9 @@ def aggregate(finals):
 
 def train_and_evaluate(config, workdir):
   """Trains every seed of `config`, writes metrics, summary.json and plots; returns the summary."""
-  from el_jax import plots  # matplotlib only when training for real
   validate_config(config)
   os.makedirs(workdir, exist_ok=True)
-  setup = Setup(config)
+  setup = make_setup(config)
   trainer = Trainer(setup)
   writer = MetricsWriter(os.path.join(workdir, "metrics.jsonl"))
   with open(os.path.join(workdir, "config.json"), "w") as f:
@@ -459,14 +478,14 @@ def train_and_evaluate(config, workdir):
       "seeds": [int(s) for s in config.seeds],
       "num_params": decoder.num_params(trainer.abstract_state["params"]),  # shapes only
       "strings_per_context": setup.k,
+      **setup.summary_fields(),
       "per_seed": finals,
       "aggregate": aggregate(finals),
   }
   with open(os.path.join(workdir, "summary.json"), "w") as f:
     json.dump(summary, f, indent=1)
   rows = writer.rows()
-  plots.plot_loss_groups({config.loss.name: rows}, os.path.join(workdir, "loss_easy_hard.png"))
-  plots.plot_accuracy(rows, os.path.join(workdir, "accuracy.png"))
+  setup.write_plots(rows, workdir)
   if config.flatness.every:
     from el_jax import flatness
     flatness.plot_flatness([r for r in rows if r.get("kind") == "flatness"],
@@ -510,14 +529,33 @@ def make_flatness_hook(trainer):
   return hook
 
 
+# config.task -> "module:Setup class"; every setup provides the attributes the
+# Trainer and train loop use (config, model_cfg, tx, schedule, loss_fn, mesh,
+# scored_positions, steps_per_epoch, k, batch, eval_sets, decode_fn, evaluate,
+# write_plots).
+SETUPS = {
+    "copy_task": "el_jax.train:Setup",
+    "path_star": "el_jax.train_path_star:PathStarSetup",
+}
+BATCH_FIELD = {"copy_task": "batch_strings", "path_star": "batch_size"}
+
+
+def make_setup(config):
+  validate_config(config)
+  import importlib
+  module, cls = SETUPS[config.task].split(":")
+  return getattr(importlib.import_module(module), cls)(config)
+
+
 def validate_config(config):
   """Fails early, with the allowed values, on config mistakes."""
-  if config.task != "copy_task":
-    raise ValueError(f"config.task={config.task!r} but el_jax.train trains 'copy_task'")
+  if config.task not in SETUPS:
+    raise ValueError(f"config.task={config.task!r} is not trained by el_jax.train; "
+                     f"valid tasks: {sorted(SETUPS)}")
   if not len(config.seeds):
     raise ValueError("config.seeds is empty; give at least one model seed, e.g. (0,)")
   t = config.train
-  for name in ("log_every", "checkpoint_every", "batch_strings"):
+  for name in ("log_every", "checkpoint_every", BATCH_FIELD[config.task]):
     if t[name] < 1:
       raise ValueError(f"train.{name}={t[name]} must be >= 1")
   if t.eval_every < 0:

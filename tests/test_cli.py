@@ -90,8 +90,9 @@ def test_every_variant_of_every_config_loads(path):
     assert config.to_dict() == module.get_config(variant).to_dict()
 
 
-def test_every_copy_task_field_has_a_comment():
-  path = os.path.join(ROOT, "configs", "copy_task.py")
+@pytest.mark.parametrize("name", ["copy_task.py", "path_star.py"])
+def test_every_training_config_field_has_a_comment(name):
+  path = os.path.join(ROOT, "configs", name)
   with open(path) as f:
     lines = f.read().splitlines()
   # The fields are defined at the top level of get_config (2-space indent);

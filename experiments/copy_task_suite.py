@@ -1,0 +1,184 @@
+r"""Seed 000's copy-task figures at CPU size: Figure 1 (context length, width) and Table 3 (ablations).
+
+  python experiments/copy_task_suite.py --stage=table3        # ~15 min on 2 cores
+  python experiments/copy_task_suite.py --stage=fig1_context  # ~10 min
+  python experiments/copy_task_suite.py --stage=fig1_width    # ~30 min
+  python experiments/copy_task_suite.py --stage=plot          # figures from the JSON
+
+Every run is `configs/copy_task.py:cpu` (L_c=1, L_p=50, 2-layer GPT-NeoX,
+8 strings per step, 1500 steps) with the overrides listed in the JSON, on the
+held-out model seeds of that variant (2, 3, 4[, 5]); the paper's numbers are
+for 4-layer, 1024-wide models and 10 (Table 3) or 5+ (Fig. 1) seeds. Results
+go to `<out>/<stage>.json` (one row per run: overrides, seeds, mean / min /
+max of EM and CL per split x group, seconds) and `<out>/<stage>.png`; the
+per-run metrics and checkpoints to `runs/copy_task_suite/` (resumable: a
+finished run is read back, not retrained).
+
+* fig1_context: strings packed per context k in {1, 2, 4, 8} (context 55 k),
+  strings per batch fixed at 8, for CE and for E1 (lam 1) + 750 warmup steps.
+  Paper Fig. 1a: hard-test accuracy falls as k grows (CE; train and easy test
+  stay perfect).
+* fig1_width: embedding width in {128, 256, 512} at k in {1, 8} (CE, and E1 +
+  warmup for contrast). Paper Fig. 1b: hard-test accuracy drops slightly and
+  its spread grows with width; the worst runs reach 1/26.
+* table3: the paper's ablations. The paper reports CL accuracy on the easy
+  test strings of the L_c=5 task; at this size easy strings are always solved,
+  so the table also gives hard-test EM, the metric that separates the runs here.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from el_jax import train  # noqa: E402
+from el_jax.demo import make_config  # noqa: E402
+
+CE = {"loss.name": "ce"}
+E1W = {"loss.name": "e1", "loss.lam": 1.0, "optim.warmup_steps": 750}
+WARM = 750  # warmup steps (half the run), as in the demo
+
+# Paper Table 3 (CL accuracy on easy test strings, L_c=5 task, 10 seeds).
+TABLE3 = [
+    ("E1, no warmup, lam=2", {"loss.name": "e1", "loss.lam": 2.0}, 0.08),
+    ("E1, no warmup, lam=4", {"loss.name": "e1", "loss.lam": 4.0}, 0.593),
+    ("E1 + warmup, lam=4", {"loss.name": "e1", "loss.lam": 4.0, "optim.warmup_steps": WARM}, 0.780),
+    ("E1 + warmup, lam=1, V=500", {"loss.name": "e1", "loss.lam": 1.0, "optim.warmup_steps": WARM,
+                                   "data.num_letters": 500, "data.num_train": 800}, 1.00),
+    ("E1 + warmup, lam=8", {"loss.name": "e1", "loss.lam": 8.0, "optim.warmup_steps": WARM}, 0.693),
+    ("Only warmup (CE)", {"loss.name": "ce", "optim.warmup_steps": WARM}, 0.246),
+    # Not in the paper's table: the two ends it is read against.
+    ("CE (no warmup)", CE, None),
+    ("E1 + warmup, lam=1", E1W, None),
+    ("E1 + warmup, lam=2", {"loss.name": "e1", "loss.lam": 2.0, "optim.warmup_steps": WARM}, None),
+]
+
+
+def runs(stage):
+  """[(label, overrides, paper value or None)] of a stage."""
+  if stage == "table3":
+    return TABLE3
+  if stage == "fig1_context":
+    return [(f"{name} k={k}", {**lo, "data.context_len": 55 * k}, None)
+            for k in (1, 2, 4, 8) for name, lo in (("CE", CE), ("E1+warmup", E1W))]
+  if stage == "fig1_width":
+    return [(f"{name} k={k} d={d}", {**lo, "data.context_len": 55 * k, "model.embed_dim": d}, None)
+            for name, lo in (("CE", CE), ("E1+warmup", E1W)) for d in (256, 512) for k in (1, 8)]
+  raise ValueError(f"unknown stage {stage!r}; valid: table3, fig1_context, fig1_width, plot")
+
+
+def slug(label):
+  return "".join(c if c.isalnum() or c in "=." else "_" for c in label)
+
+
+def run_stage(stage, out, seeds):
+  out_json = os.path.join(out, f"{stage}.json")
+  rows = json.load(open(out_json)) if os.path.exists(out_json) else []
+  done = {r["label"] for r in rows}
+  for label, lo, paper in runs(stage):
+    if label in done:
+      continue
+    cfg = make_config("cpu", {**lo, "train.eval_every": 0}, seeds)
+    cfg.progress = False
+    t0 = time.time()
+    summ = train.train_and_evaluate(cfg, os.path.join("runs", "copy_task_suite", stage, slug(label)))
+    agg = summ["aggregate"]
+    row = {"label": label, "overrides": lo, "paper": paper, "seeds": list(cfg.seeds),
+           "seconds": round(time.time() - t0, 1),
+           "metrics": {k: v for k, v in agg.items() if k.split("_")[1] in ("em", "cl")},
+           "per_seed_test_em_hard": [f["test_em_hard"] for f in summ["per_seed"]]}
+    rows.append(row)
+    m = row["metrics"]
+    print(f"{label:32s} test easy CL {m['test_cl_easy']['mean']:.3f}  test hard EM "
+          f"{m['test_em_hard']['mean']:.3f} ({m['test_em_hard']['min']:.3f}, "
+          f"{m['test_em_hard']['max']:.3f})  train hard EM {m['train_em_hard']['mean']:.3f}"
+          f"  ({row['seconds']:.0f} s)", flush=True)
+    with open(out_json, "w") as f:
+      json.dump(rows, f, indent=1)
+  return rows
+
+
+def plot(out):
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  paths = []
+  ctx = os.path.join(out, "fig1_context.json")
+  wid = os.path.join(out, "fig1_width.json")
+  if os.path.exists(ctx):
+    rows = json.load(open(ctx))
+    widths = {128: rows}
+    if os.path.exists(wid):
+      for r in json.load(open(wid)):
+        widths.setdefault(r["overrides"]["model.embed_dim"], []).append(r)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
+    for ax, name in zip(axes, ("CE", "E1+warmup")):
+      for d, rs in sorted(widths.items()):
+        pts = sorted((r["overrides"]["data.context_len"], r["metrics"]["test_em_hard"])
+                     for r in rs if r["label"].startswith(name + " "))
+        if not pts:
+          continue
+        x = [p[0] for p in pts]
+        mean = [p[1]["mean"] for p in pts]
+        lo = [p[1]["mean"] - p[1]["min"] for p in pts]
+        hi = [p[1]["max"] - p[1]["mean"] for p in pts]
+        ax.errorbar(x, mean, yerr=[lo, hi], marker="o", capsize=3, label=f"embed {d}")
+      ax.axhline(1 / 26, color="gray", ls=":", lw=1, label="chance (1/26)")
+      ax.set_xscale("log", base=2)
+      ax.set_xlabel("context length (tokens; 55 per string)")
+      ax.set_title(f"{name}: hard test strings")
+      ax.legend(fontsize=8)
+    axes[0].set_ylabel("accuracy (mean, min-max over seeds)")
+    fig.suptitle("Copy task L_c=1, L_p=50 (cpu size): train and easy test are 1.0 throughout")
+    fig.tight_layout()
+    p = os.path.join(out, "fig1.png")
+    fig.savefig(p, dpi=120)
+    plt.close(fig)
+    paths.append(p)
+  t3 = os.path.join(out, "table3.json")
+  if os.path.exists(t3):
+    rows = json.load(open(t3))
+    fig, ax = plt.subplots(figsize=(8, 4))
+    y = range(len(rows))
+    for key, col, off in (("test_cl_easy", "tab:blue", -0.2), ("test_em_hard", "tab:red", 0.2)):
+      m = [r["metrics"][key] for r in rows]
+      ax.errorbar([v["mean"] for v in m], [i + off for i in y],
+                  xerr=[[v["mean"] - v["min"] for v in m], [v["max"] - v["mean"] for v in m]],
+                  fmt="o", color=col, capsize=3, label=key.replace("_", " "))
+    ax.scatter([r["paper"] for r in rows if r["paper"] is not None],
+               [i for i, r in enumerate(rows) if r["paper"] is not None], marker="x", color="k",
+               label="paper (easy-test CL, L_c=5)")
+    ax.set_yticks(list(y), [r["label"] for r in rows], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("accuracy")
+    ax.legend(fontsize=8, loc="lower right")
+    ax.set_title("Table 3 ablations, copy task at cpu size")
+    fig.tight_layout()
+    p = os.path.join(out, "table3.png")
+    fig.savefig(p, dpi=120)
+    plt.close(fig)
+    paths.append(p)
+  return paths
+
+
+def main():
+  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  ap.add_argument("--stage", required=True,
+                  choices=("table3", "fig1_context", "fig1_width", "plot"))
+  ap.add_argument("--out", default="results/copy_task_suite")
+  ap.add_argument("--seeds", default=None, help="comma-separated model seeds (default: the "
+                  "variant's, 2-5 for table3, 2-4 for the figure)")
+  args = ap.parse_args()
+  os.makedirs(args.out, exist_ok=True)
+  if args.stage != "plot":
+    seeds = ([int(s) for s in args.seeds.split(",")] if args.seeds
+             else [2, 3, 4, 5] if args.stage == "table3" else [2, 3, 4])
+    run_stage(args.stage, args.out, seeds)
+  for p in plot(args.out):
+    print("wrote", p)
+
+
+if __name__ == "__main__":
+  main()

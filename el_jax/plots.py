@@ -18,6 +18,19 @@ def _by_seed(rows, kind):
   return {s: sorted(v, key=lambda r: r["step"]) for s, v in sorted(out.items())}
 
 
+def _seed_band(rows, key):
+  """(steps, mean, min, max) over seeds of `key` at each step of `rows`; None if absent."""
+  by_step = collections.defaultdict(list)
+  for r in rows:
+    if key in r:
+      by_step[r["step"]].append(r[key])
+  if not by_step:
+    return None
+  steps = sorted(by_step)
+  v = [np.array(by_step[s]) for s in steps]
+  return steps, [x.mean() for x in v], [x.min() for x in v], [x.max() for x in v]
+
+
 def plot_loss_groups(rows_by_run, path, key="loss", group_names=None):
   """Training loss of easy vs hard strings over steps, one panel per run (paper Figs. 2, 4).
 
@@ -58,18 +71,12 @@ def plot_accuracy(rows, path):
   for ax, metric in zip(axes, ("em", "cl")):
     for split, ls in (("train", "--"), ("test", "-")):
       for g in ("easy", "hard"):
-        key = f"{split}_{metric}_{g}"
-        by_step = collections.defaultdict(list)
-        for r in evals:
-          if key in r:
-            by_step[r["step"]].append(r[key])
-        if not by_step:
+        band = _seed_band(evals, f"{split}_{metric}_{g}")
+        if band is None:
           continue
-        steps = sorted(by_step)
-        v = [np.array(by_step[s]) for s in steps]
-        ax.plot(steps, [x.mean() for x in v], ls, color=_GROUP_COLORS[g], label=f"{split} {g}")
-        ax.fill_between(steps, [x.min() for x in v], [x.max() for x in v],
-                        color=_GROUP_COLORS[g], alpha=0.12)
+        steps, mean, lo, hi = band
+        ax.plot(steps, mean, ls, color=_GROUP_COLORS[g], label=f"{split} {g}")
+        ax.fill_between(steps, lo, hi, color=_GROUP_COLORS[g], alpha=0.12)
     ax.set_title(metric.upper() + " accuracy")
     ax.set_xlabel("step")
     ax.set_ylim(-0.02, 1.02)
@@ -120,17 +127,13 @@ def plot_path_accuracy(rows, path_len, path):
     if mode == "greedy":
       keys.append(("test_em", "whole path (EM)", "tab:red"))
     for key, label, color in keys:
-      by_step = collections.defaultdict(list)
-      for r in evals:
-        if key in r:
-          by_step[r["step"]].append(r[key])
-      if not by_step:
+      band = _seed_band(evals, key)
+      if band is None:
         continue
-      steps = sorted(by_step)
-      v = [np.array(by_step[s]) for s in steps]
-      ax.plot(steps, [x.mean() for x in v], color=color, label=label,
-              lw=2 if key == "test_em" else 1.2)
-      ax.fill_between(steps, [x.min() for x in v], [x.max() for x in v], color=color, alpha=0.12)
+      steps, mean, lo, hi = band
+      ax.plot(steps, mean, color=color, label=label, lw=2 if key == "test_em" else 1.2,
+              marker="o" if len(steps) < 4 else None)  # train.eval_every=0: one point
+      ax.fill_between(steps, lo, hi, color=color, alpha=0.12)
     ax.set_title("test, greedy decoding" if mode == "greedy" else "test, teacher forced")
     ax.set_xlabel("step")
     ax.set_ylim(-0.02, 1.02)

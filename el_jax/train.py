@@ -447,6 +447,51 @@ def _check_and_log(pending, seed, st, writer, bar, t0):
     bar.set_postfix(loss=f"{m['loss']:.4f}", refresh=False)
 
 
+# Fields that may change between runs on one workdir: they do not change what a
+# finished seed computed (which seeds run, devices, logging and stopping).
+RESUMABLE_FIELDS = frozenset({
+    "seeds", "progress", "num_devices", "train.stop_at_step", "train.log_every",
+    "train.eval_every", "train.checkpoint_every", "train.eval_batch_size",
+    "train.eval_batch_contexts", "train.eval_train_graphs"})
+
+
+def _flatten(d, prefix=""):
+  out = {}
+  for k, v in d.items():
+    if isinstance(v, dict):
+      out.update(_flatten(v, f"{prefix}{k}."))
+    else:
+      out[f"{prefix}{k}"] = v
+  return out
+
+
+def check_workdir_config(config, workdir):
+  """Refuses to resume (or read back finished seeds of) a workdir trained with another config.
+
+  Without this a finished seed's final.json would be reported for a config
+  that never trained it. Fields in `RESUMABLE_FIELDS` may differ.
+  """
+  path = os.path.join(workdir, "config.json")
+  if not os.path.exists(path):
+    return
+  try:
+    with open(path) as f:
+      old = _flatten(json.load(f))
+  except (OSError, json.JSONDecodeError) as e:
+    raise ValueError(f"{path} is unreadable ({e}); it records the config this workdir was "
+                     f"trained with. Use another --workdir or move this one away.") from None
+  new = _flatten(json.loads(config.to_json_best_effort()))
+  diff = sorted(k for k in set(old) | set(new)
+                if k not in RESUMABLE_FIELDS and old.get(k, "<absent>") != new.get(k, "<absent>"))
+  if diff:
+    shown = ", ".join(f"{k}: {old.get(k, '<absent>')!r} -> {new.get(k, '<absent>')!r}"
+                      for k in diff[:6])
+    more = f" (and {len(diff) - 6} more)" if len(diff) > 6 else ""
+    raise ValueError(f"workdir {workdir} was trained with a different config ({shown}{more}); "
+                     f"its checkpoints and finished seeds do not belong to this config. Use "
+                     f"another --workdir, or move this one away to start afresh.")
+
+
 def aggregate(finals):
   """mean / min / max over seeds of every numeric metric."""
   keys = [k for k in finals[0] if k not in ("seed", "step") and isinstance(finals[0][k], float)]
@@ -464,6 +509,7 @@ def train_and_evaluate(config, workdir):
   setup = make_setup(config)
   trainer = Trainer(setup)
   writer = MetricsWriter(os.path.join(workdir, "metrics.jsonl"))
+  check_workdir_config(config, workdir)
   with open(os.path.join(workdir, "config.json"), "w") as f:
     f.write(config.to_json_best_effort(indent=1))
   flat_hook = make_flatness_hook(trainer) if config.flatness.every else None

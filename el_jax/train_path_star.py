@@ -15,6 +15,9 @@ Evaluation metrics per split (`train` is the first `train.eval_train_graphs`
 training graphs, `test` the test set):
   em            exact match of the whole path under greedy decoding (the paper's accuracy)
   tok           mean per-token accuracy under greedy decoding
+  decision_legal, walk_legal
+                whether the greedy decision is a legal step, and the greedy path a
+                legal walk, in the graph (`path_star.legality`)
   greedy_pos<j> accuracy of output token j under greedy decoding
   tf_pos<j>     accuracy of output token j given the true earlier tokens (teacher forced)
   tf_em         all tokens right under teacher forcing
@@ -64,9 +67,13 @@ def resolve_test_file(config, spec):
 def greedy_paths(graphdef, spec, variant, params, inputs_NxT):
   """(greedy [n, l], teacher_forced [n, l]) predictions of the output tokens.
 
-  Greedy: l passes; pass j predicts output token j and writes it into the
-  input position it is read from next (teacherless inputs stay `$`, so one
-  pass gives every token). Teacher forced: one pass on the true inputs.
+  Teacher forced: one pass on the true inputs. Greedy: pass j predicts output
+  token j from inputs that carry the model's own tokens 0..j-1 (teacherless
+  inputs stay `$`, so there greedy = teacher forced). A row whose greedy tokens
+  0..j-1 are all correct has exactly the true inputs up to the position read,
+  so (the model being causal) its greedy token j *is* its teacher-forced token
+  j: it is taken from there, and pass j runs only if some row went off track
+  (`lax.cond`), e.g. never for a model that solves the task.
   """
   pos = spec.target_positions
   logits = decoder.apply(graphdef, params, inputs_NxT, None, pos)
@@ -74,16 +81,19 @@ def greedy_paths(graphdef, spec, variant, params, inputs_NxT):
   if variant == "teacherless":
     return tf, tf
   ctx = inputs_NxT
-  preds = []
-  for j in range(spec.path_len):
-    if j == 0:
-      p = tf[:, 0]  # nothing of the output is in the input yet
-    else:
+  preds = [tf[:, 0]]  # nothing of the output is in the input yet
+  on_track = jnp.ones(tf.shape[0], bool)
+  for j in range(1, spec.path_len):
+    slot = spec.prefix_len + j - 1  # input position that holds output token j - 1
+    on_track = on_track & (preds[-1] == inputs_NxT[:, slot])
+    ctx = ctx.at[:, slot].set(preds[-1])
+
+    def recompute(ctx=ctx, j=j):
       lg = decoder.apply(graphdef, params, ctx, None, pos[j:j + 1])
-      p = jnp.argmax(lg[:, 0], axis=-1).astype(ctx.dtype)
-    preds.append(p)
-    if j < spec.path_len - 1:
-      ctx = ctx.at[:, spec.prefix_len + j].set(p)
+      return jnp.argmax(lg[:, 0], axis=-1).astype(ctx.dtype)
+
+    p = jax.lax.cond(jnp.all(on_track), lambda j=j: tf[:, j], recompute)
+    preds.append(jnp.where(on_track, tf[:, j], p))
   return jnp.stack(preds, axis=1), tf
 
 
@@ -171,7 +181,8 @@ class PathStarSetup:
       tf.append(np.asarray(t)[:m])
     acc_g = path_star.accuracy(np.concatenate(greedy), graphs, self.variant)
     acc_t = path_star.accuracy(np.concatenate(tf), graphs, self.variant)
-    out = {"em": acc_g["em"], "tok": float(np.mean(acc_g["per_position"])), "tf_em": acc_t["em"]}
+    out = {"em": acc_g["em"], "tok": float(np.mean(acc_g["per_position"])), "tf_em": acc_t["em"],
+           **path_star.legality(np.concatenate(greedy), graphs, self.variant)}
     for j, (a, b) in enumerate(zip(acc_g["per_position"], acc_t["per_position"])):
       out[f"greedy_pos{j}"] = float(a)
       out[f"tf_pos{j}"] = float(b)

@@ -230,6 +230,54 @@ def test_accuracy_of_predictions():
   assert acc["em"] == 0.75 and acc["per_position"] == [1.0, 0.75, 1.0]
 
 
+def _legality_by_sets(pred, g, variant):
+  """Plain-Python legality: edge sets per graph, walks checked step by step."""
+  dec_ok, walk_ok = [], []
+  for p, edges, src, goal in zip(pred.tolist(), g.edges.tolist(), g.source.tolist(),
+                                 g.goal.tolist()):
+    es = {tuple(e) for e in edges}
+    if variant == "reverse":
+      es = {(b, a) for a, b in es}
+    start = goal if variant == "reverse" else src
+    ok = [(a, b) in es for a, b in zip(p[:-1], p[1:])]
+    d = len(p) - 2 if variant == "reverse" else 1
+    dec_ok.append(ok[d - 1])
+    walk_ok.append(p[0] == start and all(ok))
+  return {"decision_legal": float(np.mean(dec_ok)), "walk_legal": float(np.mean(walk_ok))}
+
+
+@pytest.mark.parametrize("variant", ["teacher_forced", "reverse"])
+def test_legality_of_predicted_paths(variant):
+  d, l, n = 3, 4, 30
+  g = ps.generate_graphs(400, d, l, n, seed=5)
+  true = ps.targets(g, variant)
+  assert ps.legality(true, g, variant) == {"decision_legal": 1.0, "walk_legal": 1.0}
+  rng = np.random.default_rng(0)
+  pred = true.copy()
+  kind = rng.integers(4, size=len(g))
+  for i in range(len(g)):
+    # Forward-order arms: the source's other children and their chains.
+    kids = {a: b for a, b in g.edges[i].tolist()}
+    others = [b for a, b in g.edges[i].tolist() if a == g.source[i] and b != g.path[i, 1]]
+    arm = [int(g.source[i]), others[0]]
+    while arm[-1] in kids:
+      arm.append(kids[arm[-1]])
+    if kind[i] == 1:  # Clever Hans: a wrong arm, then follow its edges
+      pred[i] = arm[::-1] if variant == "reverse" else arm
+    elif kind[i] == 2:  # a legal wrong decision, then copy the goal
+      walk = arm[:-1] + [int(g.goal[i])]
+      pred[i] = walk[::-1] if variant == "reverse" else walk
+    elif kind[i] == 3:  # junk
+      pred[i] = rng.integers(n, size=l)
+  got = ps.legality(pred, g, variant)
+  assert got == _legality_by_sets(pred, g, variant)
+  if variant == "teacher_forced":  # kinds 0-2 make legal decisions, junk almost never does
+    assert abs(got["decision_legal"] - np.mean(kind < 3)) < 0.02
+    assert abs(got["walk_legal"] - np.mean(kind < 2)) < 0.02
+  with pytest.raises(ValueError, match="predictions have shape"):
+    ps.legality(pred[:, :2], g, variant)
+
+
 # ----------------------------------------------------------------------------
 # Greedy decoding through the training setup, with an oracle in place of the model
 
@@ -254,7 +302,9 @@ def _oracle_apply(toks_NxT, spec, choose_right):
         right = true[:, p + 1]
         other = jnp.max(jnp.where(follows != right[:, None], follows, -1), axis=1)
         at_source = cur == source
-        nxt = jnp.where(at_source, right if choose_right else other, jnp.max(follows, axis=1))
+        pick = {True: right, False: other,  # "half": the right arm iff the source id is even
+                "half": jnp.where(source % 2 == 0, right, other)}[choose_right]
+        nxt = jnp.where(at_source, pick, jnp.max(follows, axis=1))
       logits.append(jax_one_hot(nxt, spec.vocab_size))
     return jnp.stack(logits, axis=1)
 
@@ -265,7 +315,7 @@ def jax_one_hot(x, v):
   return (jnp.arange(v)[None, :] == x[:, None]).astype(jnp.float32)
 
 
-@pytest.mark.parametrize("choose_right", [True, False])
+@pytest.mark.parametrize("choose_right", [True, False, "half"])
 def test_greedy_decoding_with_oracle_model(monkeypatch, choose_right):
   from el_jax import train_path_star as tps
   spec = ps.GraphSpec(3, 4, 20)
@@ -277,12 +327,64 @@ def test_greedy_decoding_with_oracle_model(monkeypatch, choose_right):
   greedy, tf = tps.greedy_paths(None, spec, "teacher_forced", None, jnp.asarray(inputs))
   acc_g = ps.accuracy(np.asarray(greedy), g)
   acc_t = ps.accuracy(np.asarray(tf), g)
-  if choose_right:  # a model that solves the task: accuracy 1.0 everywhere
+  legal = ps.legality(np.asarray(greedy), g)
+  assert legal == {"decision_legal": 1.0, "walk_legal": 1.0}  # right or wrong, it follows edges
+  if choose_right is True:  # a model that solves the task: accuracy 1.0 everywhere
     assert acc_g == {"em": 1.0, "per_position": [1.0] * 4}
     assert acc_t == {"em": 1.0, "per_position": [1.0] * 4}
-  else:  # the Clever-Hans pattern: tokens after the decision are right once it is
+  elif choose_right is False:  # Clever Hans: tokens after the decision are right once it is
     assert acc_g == {"em": 0.0, "per_position": [1.0, 0.0, 0.0, 0.0]}
     assert acc_t == {"em": 0.0, "per_position": [1.0, 0.0, 1.0, 1.0]}
+  else:  # some rows on track, some off: greedy and teacher forcing part after the decision
+    f = float(np.mean(g.source % 2 == 0))
+    assert 0.2 < f < 0.8
+    assert acc_g == {"em": f, "per_position": [1.0, f, f, f]}
+    assert acc_t == {"em": f, "per_position": [1.0, f, 1.0, 1.0]}
+
+
+def _naive_greedy(apply, graphdef, spec, params, inputs):
+  """Greedy decoding the plain way: one full pass per output token, no shortcut."""
+  ctx = np.array(inputs)
+  out = []
+  for j in range(spec.path_len):
+    lg = apply(graphdef, params, jnp.asarray(ctx), None, spec.target_positions[j:j + 1])
+    out.append(np.asarray(jnp.argmax(lg[:, 0], axis=-1)))
+    if j < spec.path_len - 1:
+      ctx[:, spec.prefix_len + j] = out[-1]
+  return np.stack(out, axis=1)
+
+
+@pytest.mark.parametrize("variant", ["teacher_forced", "reverse"])
+def test_greedy_paths_equal_plain_greedy_decoding_on_a_real_model(monkeypatch, variant):
+  """Taking on-track rows from the teacher-forced pass changes nothing: the same tokens
+  as decoding every pass, for a random decoder (off track at once) and for the same
+  decoder with its first token forced right (rows on track, then diverging)."""
+  from el_jax import train
+  from el_jax import train_path_star as tps
+  from el_jax.models import decoder
+  st = train.make_setup(_config(**{"data.degree": 3, "data.path_len": 5, "data.num_nodes": 20,
+                                   "data.variant": variant}))
+  graphdef, params = decoder.init(st.model_cfg, 3)
+  inputs = st.model_inputs(st.test)
+  first = ps.targets(st.test, variant)[:, 0]
+  bias = jax_one_hot(jnp.asarray(first), st.spec.vocab_size) * 1e4
+
+  def forced_first(graphdef_, params_, inputs_, segment_ids=None, positions=None):
+    lg = decoder.apply(graphdef_, params_, inputs_, segment_ids, positions)
+    at_first = jnp.asarray(np.asarray(positions) == st.spec.prefix_len - 1)
+    return lg + bias[:, None, :] * at_first[None, :, None]
+
+  for apply in (decoder.apply, forced_first):
+    monkeypatch.setattr(tps, "decoder", types.SimpleNamespace(apply=apply))
+    got, tf = tps.greedy_paths(graphdef, st.spec, variant, params, jnp.asarray(inputs))
+    want = _naive_greedy(apply, graphdef, st.spec, params, inputs)
+    np.testing.assert_array_equal(np.asarray(got), want)
+    first_right = (np.asarray(got)[:, 0] == first).mean()
+    if apply is forced_first:  # all rows start on track, and then most leave it
+      assert first_right == 1.0
+      assert (np.asarray(got) == ps.targets(st.test, variant)).all(axis=1).mean() < 0.5
+    else:
+      assert first_right < 0.5  # the random decoder is off track for most rows at once
 
 
 # ----------------------------------------------------------------------------
@@ -338,7 +440,8 @@ def test_train_end_to_end_on_test_config(tmp_path, variant):
   summ = main.main(args)
   keys = set(summ["aggregate"])
   for split in ("train", "test"):
-    for k in ("em", "tok", "tf_em", "greedy_pos0", "greedy_pos2", "tf_pos1"):
+    for k in ("em", "tok", "tf_em", "greedy_pos0", "greedy_pos2", "tf_pos1", "decision_legal",
+              "walk_legal"):
       assert f"{split}_{k}" in keys
   assert summ["graph"]["variant"] == variant
   assert summ["graph"]["decision_index"] == 1  # l = 3: index 1 forward, l - 2 = 1 reversed

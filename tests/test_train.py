@@ -269,6 +269,21 @@ def test_finished_seed_is_not_retrained(runs, monkeypatch, tmp_path):
   assert _snapshot(workdir / "seed_0") == checkpoints_before
 
 
+def test_workdir_of_another_config_is_refused(runs, tmp_path):
+  """A finished seed is read back only for the config that trained it."""
+  workdir = tmp_path / "run"
+  shutil.copytree(runs.full, workdir)
+  before = _snapshot(workdir)
+  with pytest.raises(ValueError, match=r"trained with a different config \(optim\.lr: 0\.003 -> "
+                     r"0\.001, train\.num_steps: 8 -> 6\)"):
+    train.train_and_evaluate(_config(**{"optim.lr": 1e-3, "train.num_steps": 6}), str(workdir))
+  assert _snapshot(workdir) == before  # nothing read back, nothing written
+  # Fields that do not change what a seed computed may differ.
+  summary = train.train_and_evaluate(_config(**{"train.log_every": 3, "progress": True}),
+                                     str(workdir))
+  assert summary["per_seed"] == runs.summary_full["per_seed"]
+
+
 def test_retraining_a_lost_seed_replaces_its_old_rows(runs, tmp_path):
   """Seed files deleted but metrics.jsonl kept: the new run's rows replace the old ones."""
   workdir = tmp_path / "run"

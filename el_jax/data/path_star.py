@@ -315,8 +315,40 @@ def model_inputs(toks_NxT, spec: GraphSpec, variant="teacher_forced"):
 
 def decision_index(spec: GraphSpec, variant="teacher_forced") -> int:
   """Index, in output order, of the first node after the source (the arm choice)."""
+  return _decision_index(spec.path_len, variant)
+
+
+def _decision_index(path_len, variant):
   check_variant(variant)
-  return spec.path_len - 2 if variant == "reverse" else 1
+  return path_len - 2 if variant == "reverse" else 1
+
+
+def legality(pred_NxL, graphs: Graphs, variant="teacher_forced"):
+  """Whether predicted paths are legal walks in their graphs (whatever their accuracy).
+
+  decision_legal  the decision token is a legal step from the output token before it
+                  (a child of the source; for `reverse`, a parent of the node before it)
+  walk_legal      the output starts at the right endpoint (source; goal for `reverse`)
+                  and every step follows an edge (reversed for `reverse`)
+  A model that guesses among the source's children has decision_legal = 1; one
+  that follows edges after its guess (the Clever-Hans cheat) also has walk_legal = 1.
+  """
+  true = targets(graphs, variant)
+  pred = np.asarray(pred_NxL)
+  if pred.shape != true.shape:
+    raise ValueError(f"predictions have shape {pred.shape}, targets {true.shape}")
+  parent, child = graphs.edges[:, :, 0], graphs.edges[:, :, 1]
+  if variant == "reverse":
+    parent, child = child, parent
+
+  def is_edge(a_N, b_N):
+    return ((parent == a_N[:, None]) & (child == b_N[:, None])).any(axis=1)
+
+  steps = np.stack([is_edge(pred[:, j], pred[:, j + 1]) for j in range(pred.shape[1] - 1)],
+                   axis=1)
+  dec = _decision_index(pred.shape[1], variant)
+  walk = (pred[:, 0] == true[:, 0]) & steps.all(axis=1)
+  return {"decision_legal": float(steps[:, dec - 1].mean()), "walk_legal": float(walk.mean())}
 
 
 def accuracy(pred_NxL, graphs: Graphs, variant="teacher_forced"):

@@ -505,11 +505,11 @@ def aggregate(finals):
 def train_and_evaluate(config, workdir):
   """Trains every seed of `config`, writes metrics, summary.json and plots; returns the summary."""
   validate_config(config)
+  check_workdir_config(config, workdir)  # before any data or model is built
   os.makedirs(workdir, exist_ok=True)
   setup = make_setup(config)
   trainer = Trainer(setup)
   writer = MetricsWriter(os.path.join(workdir, "metrics.jsonl"))
-  check_workdir_config(config, workdir)
   with open(os.path.join(workdir, "config.json"), "w") as f:
     f.write(config.to_json_best_effort(indent=1))
   flat_hook = make_flatness_hook(trainer) if config.flatness.every else None

@@ -18,7 +18,7 @@ def _by_seed(rows, kind):
   return {s: sorted(v, key=lambda r: r["step"]) for s, v in sorted(out.items())}
 
 
-def _seed_band(rows, key):
+def seed_band(rows, key):
   """(steps, mean, min, max) over seeds of `key` at each step of `rows`; None if absent."""
   by_step = collections.defaultdict(list)
   for r in rows:
@@ -71,7 +71,7 @@ def plot_accuracy(rows, path):
   for ax, metric in zip(axes, ("em", "cl")):
     for split, ls in (("train", "--"), ("test", "-")):
       for g in ("easy", "hard"):
-        band = _seed_band(evals, f"{split}_{metric}_{g}")
+        band = seed_band(evals, f"{split}_{metric}_{g}")
         if band is None:
           continue
         steps, mean, lo, hi = band
@@ -127,7 +127,7 @@ def plot_path_accuracy(rows, path_len, path):
     if mode == "greedy":
       keys.append(("test_em", "whole path (EM)", "tab:red"))
     for key, label, color in keys:
-      band = _seed_band(evals, key)
+      band = seed_band(evals, key)
       if band is None:
         continue
       steps, mean, lo, hi = band

@@ -34,6 +34,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from el_jax import train  # noqa: E402
+from el_jax.data import copy_task  # noqa: E402
 from el_jax.demo import make_config  # noqa: E402
 
 CE = {"loss.name": "ce"}
@@ -73,13 +74,35 @@ def slug(label):
   return "".join(c if c.isalnum() or c in "=." else "_" for c in label)
 
 
+def data_coverage(overrides):
+  """What a run's training set covers of its easy test strings (from the data alone).
+
+  test_easy_seen_in_train  share of the easy test strings that also occur in the
+                           training set. With L_c = 1 an easy string is fixed by its one
+                           letter, so this is the share of easy test letters seen in
+                           training: what a letter-by-letter lookup table, rather than
+                           copying, can get right.
+  train_num_easy           number of easy training strings
+  """
+  cfg = make_config("cpu", overrides, [0])
+  train_set, test_set = copy_task.make_datasets(train.task_spec(cfg), cfg.data.num_train,
+                                                cfg.data.num_test, cfg.data.data_seed)
+  seen = copy_task.seen_in_train(train_set, test_set)[test_set.easy]
+  return {"test_easy_seen_in_train": float(seen.mean()),
+          "train_num_easy": int(train_set.easy.sum())}
+
+
 def run_stage(stage, out, seeds):
   out_json = os.path.join(out, f"{stage}.json")
   rows = json.load(open(out_json)) if os.path.exists(out_json) else []
-  done = {r["label"] for r in rows}
+  for r in rows:  # depends on the data only: filled in for rows written before it was recorded
+    if "data_coverage" not in r:
+      r["data_coverage"] = data_coverage(r["overrides"])
   for label, lo, paper in runs(stage):
-    if label in done:
-      continue
+    old = [r for r in rows if r["label"] == label]
+    if old and (old[0]["overrides"], old[0]["seeds"]) == (lo, list(seeds)):
+      continue  # measured with these overrides and seeds
+    rows = [r for r in rows if r not in old]
     cfg = make_config("cpu", {**lo, "train.eval_every": 0}, seeds)
     cfg.progress = False
     t0 = time.time()
@@ -88,15 +111,20 @@ def run_stage(stage, out, seeds):
     row = {"label": label, "overrides": lo, "paper": paper, "seeds": list(cfg.seeds),
            "seconds": round(time.time() - t0, 1),
            "metrics": {k: v for k, v in agg.items() if k.split("_")[1] in ("em", "cl")},
-           "per_seed_test_em_hard": [f["test_em_hard"] for f in summ["per_seed"]]}
+           "per_seed_test_em_hard": [f["test_em_hard"] for f in summ["per_seed"]],
+           "data_coverage": data_coverage(lo)}
     rows.append(row)
     m = row["metrics"]
     print(f"{label:32s} test easy CL {m['test_cl_easy']['mean']:.3f}  test hard EM "
           f"{m['test_em_hard']['mean']:.3f} ({m['test_em_hard']['min']:.3f}, "
           f"{m['test_em_hard']['max']:.3f})  train hard EM {m['train_em_hard']['mean']:.3f}"
-          f"  ({row['seconds']:.0f} s)", flush=True)
+          f"  (easy test strings seen in training "
+          f"{row['data_coverage']['test_easy_seen_in_train']:.3f}; "
+          f"{row['seconds']:.0f} s)", flush=True)
     with open(out_json, "w") as f:
       json.dump(rows, f, indent=1)
+  with open(out_json, "w") as f:
+    json.dump(rows, f, indent=1)
   return rows
 
 

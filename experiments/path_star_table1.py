@@ -29,11 +29,13 @@ import os
 import sys
 import time
 
+import numpy as np
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from configs import path_star as ps_cfg  # noqa: E402
-from el_jax import train  # noqa: E402
+from el_jax import plots, train  # noqa: E402
 from el_jax.demo import override  # noqa: E402
 
 # (graph, run label) -> paper mean (min, max), Table 1.
@@ -114,6 +116,7 @@ def run_stage(stage, args, out, extra):
              "train": {k[6:]: v for k, v in agg.items() if k.startswith("train_")},
              "per_seed_test_em": [f["test_em"] for f in summ["per_seed"]],
              "per_seed_train_em": [f["train_em"] for f in summ["per_seed"]],
+             "train_ce": train_ce_summary(wd, cfg.train.num_steps),
              "config": cfg_dict}
       rows.append(row)
       print(format_row(row) + f"  ({row['seconds']:.0f} s)", flush=True)
@@ -148,6 +151,11 @@ def main():
   if not os.path.exists(out_json):
     raise SystemExit(f"error: {out_json} does not exist; run --stage=main first")
   rows = json.load(open(out_json))
+  if any("train_ce" not in r for r in rows):  # rows written before it was recorded
+    for r in rows:
+      r.setdefault("train_ce", train_ce_summary(r["workdir"], r["config"]["train"]["num_steps"]))
+    with open(out_json, "w") as f:
+      json.dump(rows, f, indent=1)
   print(format_table(rows))
   for p in plot(rows, out):
     print("wrote", p)
@@ -169,9 +177,7 @@ def format_table(rows):
   """Test EM; decision-token accuracy; legal decision / legal walk (greedy, test); train EM."""
   head = (f"{'graph':7s} {'run':20s} {'test EM mean (min, max)':22s} {'decision':>8s} "
           f"{'legal':>6s} {'walk':>6s} {'train EM':>8s}  paper test EM")
-  order = {g: i for i, g in enumerate(GRAPHS)}
-  rows = sorted(rows, key=lambda r: (order[r["graph"]], r["stage"] != "main"))
-  return "\n".join([head] + [format_row(r) for r in rows])
+  return "\n".join([head] + [format_row(r) for r in _sorted(rows)])
 
 
 def _sorted(rows):
@@ -188,11 +194,29 @@ def _train_rows(workdir):
     return [r for r in map(json.loads, f) if r.get("kind") == "train"]
 
 
+def train_ce_summary(workdir, num_steps, window=100):
+  """Training CE of the decision token and of the other path tokens, mean over seeds.
+
+  Per group: `end`, averaged over the logged steps in the last `window` steps,
+  and `end_minus_500`, over the `window` steps ending 500 steps earlier (is
+  it still falling?). None if the run's metrics.jsonl is gone.
+  """
+  tr = _train_rows(workdir)
+  if not tr:
+    return None
+  out = {}
+  for key, group in (("ce_hard", "decision"), ("ce_easy", "other_tokens")):
+    steps, mean, _, _ = plots.seed_band(tr, key)
+    steps, mean = np.asarray(steps), np.asarray(mean)
+    out[group] = {name: float(mean[(steps > last - window) & (steps <= last)].mean())
+                  for name, last in (("end_minus_500", num_steps - 500), ("end", num_steps))}
+  return out
+
+
 def plot(rows, out):
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
-  import numpy as np
   rows = _sorted(rows)
   paths = []
   fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
@@ -240,12 +264,8 @@ def plot(rows, out):
       if not tr:
         continue
       for key, ls, what in (("ce_hard", "-", "decision"), ("ce_easy", "--", "other tokens")):
-        by_step = {}
-        for x in tr:
-          by_step.setdefault(x["step"], []).append(x[key])
-        steps = sorted(by_step)
-        ax.plot(steps, [np.mean(by_step[t]) for t in steps], ls, color=colors(c), lw=1.2,
-                label=f"{r['label']}: {what}")
+        steps, mean, _, _ = plots.seed_band(tr, key)
+        ax.plot(steps, mean, ls, color=colors(c), lw=1.2, label=f"{r['label']}: {what}")
     ax.axhline(np.log(GRAPHS[g][0]), color="gray", ls=":", lw=1, label="log d")
     ax.set_yscale("log")
     ax.set_xlabel("step")

@@ -18,6 +18,8 @@ from el_jax.data import path_star as ps
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REF_DIR = os.path.join(ROOT, "..", "shared", "data", "path_star")
 REF_FILES = sorted(glob.glob(os.path.join(REF_DIR, "*.txt")))
+NO_REF = (f"the reference implementation's test files (*.txt) are not in {os.path.normpath(REF_DIR)}, "
+          "the shared data folder beside the repository; these tests check el_jax against them")
 LINE_RE = re.compile(r"^\d+,\d+(\|\d+,\d+)*/\d+,\d+=\d+(,\d+)*$")
 
 
@@ -136,7 +138,7 @@ def test_too_few_nodes_is_an_error_up_front():
   ps.generate(2, 4, 3, 9, seed=0)  # exactly enough nodes is fine
 
 
-@pytest.mark.skipif(not REF_FILES, reason="reference data ../shared/data/path_star not present")
+@pytest.mark.skipif(not REF_FILES, reason=NO_REF)
 @pytest.mark.parametrize("path", REF_FILES, ids=os.path.basename)
 def test_reference_file_round_trip_and_tokens(path):
   spec = _spec_of_file(path)
@@ -453,7 +455,7 @@ def test_train_end_to_end_on_test_config(tmp_path, variant):
   assert again["per_seed"] == summ["per_seed"]
 
 
-@pytest.mark.skipif(not REF_FILES, reason="reference data ../shared/data/path_star not present")
+@pytest.mark.skipif(not REF_FILES, reason=NO_REF)
 def test_reference_test_file_through_config():
   from el_jax import train
   tmpl = os.path.join(REF_DIR, "deg_{degree}_path_{path_len}_nodes_{num_nodes}_test_20000.txt")

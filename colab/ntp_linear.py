@@ -14,9 +14,11 @@
 # %%
 # Colab/TPU setup: only when el_jax is not importable (never in the tests):
 # clone the repository (set EL_JAX_REPO to its URL) and install it editable,
-# so that `configs/` is importable too.
+# so that `el_jax.runner` finds the checkout's `configs/` folder.
+import importlib
 import importlib.util
 import os
+import site
 import subprocess
 import sys
 
@@ -25,8 +27,12 @@ if importlib.util.find_spec("el_jax") is None:
   subprocess.run(["git", "clone", "-q", repo, "el_jax_repo"], check=True)
   subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", "el_jax_repo"],
                  check=True)
-  os.chdir("el_jax_repo")
-  sys.path.insert(0, os.getcwd())
+  # The editable install takes effect through a .pth file, which Python reads
+  # at start-up only: read the site folders again so that this kernel can
+  # import el_jax without a restart.
+  importlib.invalidate_caches()
+  for d in site.getsitepackages():
+    site.addsitedir(d)
 
 # %% [markdown]
 # # Implicit bias of next-token prediction in linear models (Fig. 1 demo)
@@ -45,10 +51,10 @@ VARIANT = os.environ.get("EL_JAX_NOTEBOOK_VARIANT", "fig1")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from configs import ntp_linear
-from el_jax.ntp import geometry, optim, plots, train
+from el_jax import runner
+from el_jax.ntp import dynamics, geometry, plots, train
 
-config = ntp_linear.get_config(VARIANT)
+config = runner.get_config("ntp_linear", VARIANT)
 ds = train.build_data(config)
 info, svm = train.describe(ds)
 print({k: info[k] for k in ("m", "d", "V", "entropy", "compatible", "separable",
@@ -69,10 +75,10 @@ print("||P_F(W*) - W*||:", np.linalg.norm(proj.onto_f(W_star) - W_star))
 # Gradient descent from W = 0 (the whole run is one `lax.scan`).
 
 # %%
-prob = optim.targets(ds, svm)
-W, hist = optim.train(prob, "gd", lr=config.lr.gd, steps=config.steps,
-                      log_every=config.log_every)
-for k in optim.METRICS:
+prob = dynamics.targets(ds, svm)
+W, hist = dynamics.train(prob, "gd", lr=config.lr.gd, steps=config.steps,
+                         log_every=config.log_every)
+for k in dynamics.METRICS:
   print(f"{k:>9}: {hist[k][-1]:.4g}")
 
 # %%

@@ -44,6 +44,7 @@ def get_config(arg="cpu"):
   c.data.num_nodes = 50  # N: node ids 0..N-1 (vocabulary N + 4)
   c.data.variant = "teacher_forced"  # "teacher_forced" | "teacherless" ($ inputs) | "reverse"
   c.data.num_train = 200_000  # generated training graphs (fixed for all model seeds)
+  c.data.num_valid = 2000  # generated validation graphs (own seed stream; choose hyperparameters here)
   c.data.num_test = 20_000  # test graphs (generated, or the first ones of test_file; 0 = all)
   c.data.test_file = ""  # reference-format test file; {degree} {path_len} {num_nodes} are filled in ("" = generate)
   c.data.data_seed = 0  # seed of the generated graphs
@@ -109,7 +110,7 @@ def get_config(arg="cpu"):
   elif arg == "test":
     c.seeds = (0,)
     c.data.num_nodes = 12
-    c.data.num_train, c.data.num_test = 64, 40
+    c.data.num_train, c.data.num_valid, c.data.num_test = 64, 24, 40
     c.model.num_layers, c.model.num_heads, c.model.embed_dim = 2, 2, 16
     c.optim.lr = 3e-3
     c.optim.warmup_steps = 0

@@ -58,7 +58,8 @@ class StepRunner:
     self.state = trainer.init(0)
     self.batches = [trainer.put_batch(setup.batch(0, i))
                     for i in range(min(setup.steps_per_epoch, 8))]
-    self.tokens = setup.contexts_per_batch * config.data.context_len
+    self.rows = type(setup.task).rows_per_step(config)
+    self.tokens = self.rows * setup.task.context_len
     self._i = 0
     self(max(warmup, 1))  # the first call compiles
 
@@ -137,7 +138,7 @@ def main(argv=None):
   m = setup.model_cfg
   print(f"model: {m.num_layers} layers x {m.embed_dim} wide, {m.num_heads} heads, "
         f"{'rotary' if m.position == 'rotary' else 'learned'} positions, "
-        f"{setup.contexts_per_batch} x {config.data.context_len} tokens per step, "
+        f"{runners[config.loss.name].rows} x {setup.task.context_len} tokens per step, "
         f"{jax.device_count()} {jax.devices()[0].platform} device(s), optimizer {config.optim.name}; "
         f"logits at {'all' if fv.all_positions else len(setup.scored_positions)} positions "
         f"per context; {fv.repeats} interleaved rounds of {fv.steps} steps")

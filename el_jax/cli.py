@@ -22,15 +22,9 @@ class UsageError(SystemExit):
     return self.msg
 
 
-def _config_keys(cfg, prefix=""):
-  keys = []
-  for k, v in cfg.items():
-    name = f"{prefix}{k}"
-    if hasattr(v, "items"):
-      keys.extend(_config_keys(v, name + "."))
-    else:
-      keys.append(name)
-  return keys
+def _config_keys(cfg):
+  from el_jax import runner
+  return list(runner.flatten(cfg.to_dict()))
 
 
 def parse(argv, *, extra_flags=None, require_workdir=True):

@@ -1,14 +1,16 @@
-r"""The main job (`make demo`): CE against E1 + warmup on the copy task, several seeds.
+r"""The main job (`make demo`): the copy task's equal-learning comparison, several seeds.
 
   python -m el_jax.demo --workdir=results/demo [--variant=cpu] [--seeds=2,3,4]
 
-Trains each run of `sweep()` in configs/copy_task.py (CE, E1 + warmup) on
+Trains each run of `sweep()` in configs/copy_task.py (CE, CE + warmup, and
+the E-loss + warmup setting chosen on the validation split) on
 `configs/copy_task.py:<variant>` (every run on the same fixed dataset, with
-the variant's model seeds unless `--seeds` is given), then writes
-`<workdir>/summary.json`, the figures `<workdir>/summary.png` and
+the variant's model seeds unless `--seeds` is given) through `el_jax.runner`,
+then writes `<workdir>/summary.json`, the figures `<workdir>/summary.png` and
 `<workdir>/loss_easy_hard.png`, and prints the table
-loss x split x group x (EM, CL) as mean (min, max) over seeds.
-Runs resume from their checkpoints if interrupted.
+loss x split x group x (EM, CL) as mean (min, max) over seeds, and each run
+against CE on hard test strings with a permutation-test p-value.
+Runs resume from their checkpoints if interrupted; finished runs are reused.
 """
 import json
 import os
@@ -17,17 +19,16 @@ import time
 
 from absl import flags
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-  sys.path.insert(0, ROOT)
-
+# Headline comparisons (treatment, baseline) on this metric, with a permutation-test p-value.
+COMPARE_METRIC = "test_em_hard"
 
 
 def demo_runs():
   """{label: config overrides}: the runs of `sweep()` in configs/copy_task.py."""
-  from configs import copy_task as copy_cfg
+  from el_jax import runner
   runs = {}
-  copy_cfg.sweep(lambda **overrides: runs.setdefault(run_label(overrides), overrides))
+  runner.load_config_module("copy_task").sweep(
+      lambda **overrides: runs.setdefault(run_label(overrides), overrides))
   return runs
 
 
@@ -43,38 +44,44 @@ def _define(fv):
                     flag_values=fv)
   flags.DEFINE_list("runs", None, "labels of the runs to train (default: all of sweep())",
                     flag_values=fv)
-
-
-def override(cfg, overrides):
-  for key, val in overrides.items():
-    node = cfg
-    *path, leaf = key.split(".")
-    for p in path:
-      node = node[p]
-    node[leaf] = val
-  return cfg
+  flags.DEFINE_list("reuse_from", [], "glob patterns of finished run folders to read back "
+                    "instead of training the same run again (e.g. runs/copy_task_suite/*/*)",
+                    flag_values=fv)
 
 
 def make_config(variant, overrides, seeds=None):
   """The variant's config with `overrides`, on as many devices as split a batch evenly."""
-  import jax
-  from configs import copy_task as copy_cfg
-  from el_jax import train
-  from el_jax.data import copy_task
-  cfg = override(copy_cfg.get_config(variant), overrides)
+  from el_jax import runner
+  cfg = runner.get_config("copy_task", variant, overrides)
   if seeds is not None:
     cfg.seeds = tuple(seeds)
-  k = copy_task.strings_per_context(train.task_spec(cfg), cfg.data.context_len)
-  contexts, n = cfg.train.batch_strings // k, jax.device_count()
-  while contexts % n:  # e.g. 8 TPU cores and 4 contexts per batch -> 4 devices
-    n -= 1
-  cfg.num_devices = n
-  return cfg
+  return runner.fit_devices(cfg)
 
 
-def run(variant="cpu", workdir="results/demo", seeds=None, labels=None):
-  """Trains the demo runs; writes summary.json and figures; returns the summary dict."""
-  from el_jax import plots, train
+def comparisons(summaries, metric=COMPARE_METRIC):
+  """{"<run> vs ce": runner.compare(per-seed metric)} for every run other than CE."""
+  from el_jax import runner
+  if "ce" not in summaries:
+    return {}
+  base = [f[metric] for f in summaries["ce"]["per_seed"]]
+  return {f"{label} vs ce": {"metric": metric,
+                             **runner.compare([f[metric] for f in s["per_seed"]], base)}
+          for label, s in summaries.items() if label != "ce"}
+
+
+def _source(cfg, wd, dirs):
+  """The folder a reused run was read from."""
+  from el_jax import runner
+  return next((d for d in (wd, *dirs) if runner.finished_summary(cfg, d) is not None), wd)
+
+
+def run(variant="cpu", workdir="results/demo", seeds=None, labels=None, reuse_from=()):
+  """Trains the demo runs; writes summary.json and figures; returns the summary dict.
+
+  `reuse_from`: folders of finished runs to read back instead of training, when
+  one trained exactly a demo run (see `el_jax.runner.run_or_reuse`).
+  """
+  from el_jax import plots, runner
   runs = demo_runs()
   labels = list(runs) if labels is None else list(labels)
   unknown = [r for r in labels if r not in runs]
@@ -88,9 +95,11 @@ def run(variant="cpu", workdir="results/demo", seeds=None, labels=None):
     wd = os.path.join(workdir, label)
     print(f"== {label}: {runs[label]}, seeds {tuple(cfg.seeds)} -> {wd}", file=sys.stderr,
           flush=True)
-    summaries[label] = train.train_and_evaluate(cfg, wd)
-    rows[label] = train.MetricsWriter(os.path.join(wd, "metrics.jsonl")).rows()
+    summaries[label] = runner.run_or_reuse(cfg, wd, reuse_from=reuse_from)
+    rows[label] = runner.read_metrics(wd) or runner.read_metrics(_source(cfg, wd, reuse_from))
   table = format_table(summaries)
+  comps = comparisons(summaries)
+  table += "\n" + format_comparisons(comps)
   out = {
       "variant": variant,
       "config": json.loads(cfg.to_json_best_effort()),
@@ -99,6 +108,7 @@ def run(variant="cpu", workdir="results/demo", seeds=None, labels=None):
       "wall_seconds": round(time.time() - t0, 1),
       "aggregate": {k: s["aggregate"] for k, s in summaries.items()},
       "per_seed": {k: s["per_seed"] for k, s in summaries.items()},
+      "comparisons": comps,
       "table": table,
   }
   with open(os.path.join(workdir, "summary.json"), "w") as f:
@@ -113,13 +123,22 @@ def format_table(summaries):
   lines = [f"{'loss':12s} {'split':5s} {'group':5s}  {'EM mean (min, max)':24s}  CL mean (min, max)"]
   for label, summ in summaries.items():
     agg = summ["aggregate"]
-    for split in ("train", "test"):
+    for split in ("train", "valid", "test"):
       for group in ("easy", "hard"):
         cells = []
         for metric in ("em", "cl"):
           a = agg[f"{split}_{metric}_{group}"]
           cells.append(f"{a['mean']:.3f} ({a['min']:.3f}, {a['max']:.3f})")
         lines.append(f"{label:12s} {split:5s} {group:5s}  {cells[0]:24s}  {cells[1]}")
+  return "\n".join(lines)
+
+
+def format_comparisons(comps):
+  lines = []
+  for name, c in comps.items():
+    lines.append(f"{name:18s} {c['metric']}: {c['mean_a']:.3f} vs {c['mean_b']:.3f}, difference "
+                 f"{c['diff']:+.3f} (bootstrap 95% [{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}]), "
+                 f"permutation p = {c['p_value']:.4f} ({c['n_a']} vs {c['n_b']} seeds)")
   return "\n".join(lines)
 
 
@@ -133,7 +152,9 @@ def main(argv=None):
   from el_jax import cli
   cli.log_devices()
   try:
-    out = run(fv.variant, fv.workdir, fv.seeds and [int(s) for s in fv.seeds], fv.runs)
+    from el_jax import runner
+    out = run(fv.variant, fv.workdir, fv.seeds and [int(s) for s in fv.seeds], fv.runs,
+              runner.run_dirs(*fv.reuse_from))
   except ValueError as e:
     raise SystemExit(f"error: {e}") from None
   print(out["table"])

@@ -9,9 +9,9 @@ V-1 competitors `c != k` (seed paper 000, Sec. 4.1; REFERENCE.md Sec. 1):
   e3: sum_c (f_c - v_c)^2,  v = -b everywhere except v_k = +b
 
 Every loss maps logits `[..., V]` (float32 or bfloat16) and integer labels
-`[...]` to float32 per-token values `[...]`; the train step reduces them with
-`reduce_loss`. Everything is computed in float32 and stays finite, with finite
-gradients, for logits up to +-1e4.
+`[...]` to float32 per-token values `[...]`; callers reduce them with a masked
+mean (`reduce_loss` is one; the train step has its own). Everything is computed
+in float32 and stays finite, with finite gradients, for logits up to +-1e4.
 
 Labels outside [0, V) (e.g. -1 used as padding) select no logit: the loss is
 finite but meaningless there, so such positions must be masked out.

@@ -1,4 +1,4 @@
-"""Matplotlib figures of the copy-task runs (PNG, Agg backend)."""
+"""Matplotlib figures of training runs (PNG, Agg backend): loss per metric group, accuracy, summaries."""
 import collections
 
 import matplotlib
@@ -7,7 +7,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-_GROUP_COLORS = {"easy": "tab:blue", "hard": "tab:red"}
+_GROUP_COLORS = {"easy": "tab:blue", "hard": "tab:red", "rest": "tab:blue", "decision": "tab:red"}
+_OTHER_COLORS = ("tab:green", "tab:purple", "tab:orange", "tab:brown")
+
+
+def _color(group, groups):
+  return _GROUP_COLORS.get(group) or _OTHER_COLORS[list(groups).index(group) % len(_OTHER_COLORS)]
 
 
 def _by_seed(rows, kind):
@@ -31,25 +36,26 @@ def seed_band(rows, key):
   return steps, [x.mean() for x in v], [x.min() for x in v], [x.max() for x in v]
 
 
-def plot_loss_groups(rows_by_run, path, key="loss", group_names=None):
-  """Training loss of easy vs hard strings over steps, one panel per run (paper Figs. 2, 4).
+def plot_loss_groups(rows_by_run, path, key="loss", groups=("easy", "hard"), group_names=None):
+  """Training loss per metric group over steps, one panel per run (paper Figs. 2, 4).
 
-  rows_by_run: {run label: metrics rows}. Thin lines are seeds. `group_names`
-  relabels the groups in the legend (e.g. the path-star decision token).
+  rows_by_run: {run label: metrics rows}. Thin lines are seeds. `groups` are
+  the task's metric groups (`Task.groups`); `group_names` relabels them in the
+  legend (e.g. the path-star decision token).
   """
-  group_names = {"easy": "easy", "hard": "hard", **(group_names or {})}
+  group_names = {**{g: g for g in groups}, **(group_names or {})}
   n = len(rows_by_run)
   fig, axes = plt.subplots(1, n, figsize=(4.5 * n, 3.4), squeeze=False)
   for ax, (label, rows) in zip(axes[0], rows_by_run.items()):
     seeds = _by_seed(rows, "train")
     values = []
     for seed, rs in seeds.items():
-      for g in ("easy", "hard"):
+      for g in groups:
         pts = [(r["step"], max(r[f"{key}_{g}"], 1e-8)) for r in rs if r.get(f"{key}_{g}") is not None]
         if not pts:
           continue
         values.extend(v for _, v in pts)
-        ax.plot(*zip(*pts), color=_GROUP_COLORS[g],
+        ax.plot(*zip(*pts), color=_color(g, groups),
                 alpha=0.7, lw=1, label=group_names[g] if seed == min(seeds) else None)
     # E-losses plateau far from 0 (their minimum is not 0): log scale only for wide ranges.
     if values and max(values) / min(values) > 20:
@@ -64,19 +70,19 @@ def plot_loss_groups(rows_by_run, path, key="loss", group_names=None):
   plt.close(fig)
 
 
-def plot_accuracy(rows, path):
+def plot_accuracy(rows, path, groups=("easy", "hard")):
   """EM and CL accuracy over steps per split x group (mean over seeds, band = min..max)."""
   evals = [r for r in rows if r.get("kind") == "eval"]
   fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
   for ax, metric in zip(axes, ("em", "cl")):
-    for split, ls in (("train", "--"), ("test", "-")):
-      for g in ("easy", "hard"):
+    for split, ls in (("train", "--"), ("valid", ":"), ("test", "-")):
+      for g in groups:
         band = seed_band(evals, f"{split}_{metric}_{g}")
         if band is None:
           continue
         steps, mean, lo, hi = band
-        ax.plot(steps, mean, ls, color=_GROUP_COLORS[g], label=f"{split} {g}")
-        ax.fill_between(steps, lo, hi, color=_GROUP_COLORS[g], alpha=0.12)
+        ax.plot(steps, mean, ls, color=_color(g, groups), label=f"{split} {g}")
+        ax.fill_between(steps, lo, hi, color=_color(g, groups), alpha=0.12)
     ax.set_title(metric.upper() + " accuracy")
     ax.set_xlabel("step")
     ax.set_ylim(-0.02, 1.02)
@@ -89,7 +95,8 @@ def plot_accuracy(rows, path):
 
 def plot_summary(summaries, path):
   """Bar chart: final EM / CL per split x group for each run (mean, min..max over seeds)."""
-  cats = [(s, g) for s in ("train", "test") for g in ("easy", "hard")]
+  cats = [(s, g) for s in ("train", "valid", "test") for g in ("easy", "hard")
+          if f"{s}_em_{g}" in next(iter(summaries.values()))["aggregate"]]
   fig, axes = plt.subplots(1, 2, figsize=(11, 3.6), sharey=True)
   width = 0.8 / max(len(summaries), 1)
   for ax, metric in zip(axes, ("em", "cl")):
@@ -125,13 +132,13 @@ def plot_path_accuracy(rows, path_len, path):
   for ax, mode in zip(axes, ("greedy", "tf")):
     keys = [(f"test_{mode}_pos{j}", f"token {j}", colors[j]) for j in range(path_len)]
     if mode == "greedy":
-      keys.append(("test_em", "whole path (EM)", "tab:red"))
+      keys.append(("test_em_all", "whole path (EM)", "tab:red"))
     for key, label, color in keys:
       band = seed_band(evals, key)
       if band is None:
         continue
       steps, mean, lo, hi = band
-      ax.plot(steps, mean, color=color, label=label, lw=2 if key == "test_em" else 1.2,
+      ax.plot(steps, mean, color=color, label=label, lw=2 if key == "test_em_all" else 1.2,
               marker="o" if len(steps) < 4 else None)  # train.eval_every=0: one point
       ax.fill_between(steps, lo, hi, color=color, alpha=0.12)
     ax.set_title("test, greedy decoding" if mode == "greedy" else "test, teacher forced")

@@ -1,13 +1,16 @@
-"""Copy-task training: config -> jitted data-parallel training -> metrics, checkpoints, plots.
+"""The generic training loop: config -> task -> jitted data-parallel training -> metrics, checkpoints, plots.
 
 `train_and_evaluate(config, workdir)` trains `config.seeds` model
-initialisations on one fixed dataset. Layout of `workdir`:
+initialisations of the decoder on the fixed datasets of the task registered
+under `config.task` (`el_jax.tasks`: the task supplies data, batches, metric
+groups and evaluation; this module names no task). Layout of `workdir`:
 
+  config.json            the config it was trained with (a different one is refused)
   metrics.jsonl          one JSON row per log / eval / flatness event (field `seed`)
-  summary.json           final EM / CL per split x group, per seed and aggregated
+  summary.json           final metrics per split, per seed and aggregated over seeds
   seed_<s>/checkpoints/  orbax checkpoints (automatic resume)
   seed_<s>/final.json    final evaluation of that seed (a finished seed is skipped on re-run)
-  *.png                  plots
+  *.png                  the task's plots
 
 The train step is a pure module-level function over a state pytree
 (params, optimizer state, step), jitted with the state donated, params
@@ -30,11 +33,9 @@ from tqdm.auto import tqdm
 
 from el_jax import losses
 from el_jax import optim
-from el_jax.data import copy_task
+from el_jax import runner
+from el_jax import tasks
 from el_jax.models import decoder
-
-SPLITS = ("train", "test")
-GROUPS = ("easy", "hard")
 
 
 # ----------------------------------------------------------------------------
@@ -49,126 +50,6 @@ def model_config(config, vocab_size, context_len):
       doc_mask=m.doc_mask, dtype=m.dtype)
 
 
-def task_spec(config):
-  d = config.data
-  return copy_task.CopyTaskSpec(seq_len=d.seq_len, pad_len=d.pad_len, p_easy=d.p_easy,
-                                num_letters=d.num_letters)
-
-
-@functools.lru_cache(maxsize=4)
-def _datasets(spec, num_train, num_test, seed):
-  return copy_task.make_datasets(spec, num_train=num_train, num_test=num_test, seed=seed)
-
-
-class Setup:
-  """Everything derived from the config once: data, shapes, model, optimizer, mesh."""
-
-  def __init__(self, config):
-    self.config = config
-    self.spec = task_spec(config)
-    d, t = config.data, config.train
-    self.k = copy_task.strings_per_context(self.spec, d.context_len)
-    if t.batch_strings % self.k:
-      raise ValueError(f"train.batch_strings={t.batch_strings} is not a multiple of the "
-                       f"{self.k} strings packed per context (data.context_len={d.context_len})")
-    self.contexts_per_batch = t.batch_strings // self.k
-    if t.num_steps < 1:
-      raise ValueError(f"train.num_steps={t.num_steps} must be >= 1")
-    self.train, self.test = _datasets(self.spec, d.num_train, d.num_test, d.data_seed)
-    if d.num_train < t.batch_strings:
-      raise ValueError(f"data.num_train={d.num_train} < train.batch_strings={t.batch_strings}")
-    self.steps_per_epoch = d.num_train // t.batch_strings
-    self.model_cfg = model_config(config, self.spec.vocab_size, d.context_len)
-    self.loss_fn = losses.get_loss_from_config(config.loss)
-    self.tx, self.schedule = optim.make_optimizer(config.optim, t.num_steps)
-    self.mesh = make_mesh(config.get("num_devices", 0))
-    n = self.mesh.devices.size
-    if self.contexts_per_batch % n:
-      raise ValueError(f"{self.contexts_per_batch} contexts per batch (train.batch_strings="
-                       f"{t.batch_strings} / {self.k} strings per context) cannot be split "
-                       f"over {n} devices; use a multiple of {n}")
-    self.loss_mask_T = copy_task.loss_mask_for_context(self.spec, self.k)
-    # The positions any loss mask can select (static): the train step computes
-    # logits and losses only there (see `train_step`'s `positions`).
-    self.scored_positions = np.flatnonzero(self.loss_mask_T).astype(np.int32)
-    self.segment_T = np.repeat(np.arange(self.k, dtype=np.int32), self.spec.string_len)
-
-  def batch(self, seed, step):
-    """The training batch of `step`: a deterministic function of (data seed, model seed, step)."""
-    epoch, i = divmod(step, self.steps_per_epoch)
-    order_seed = 100_003 * self.config.data.data_seed + seed  # one order stream per (data, model) seed
-    order = copy_task.epoch_order(self.train.tokens.shape[0], order_seed, epoch)
-    bs = self.config.train.batch_strings
-    idx = order[i * bs:(i + 1) * bs]
-    return self.make_batch(self.train.tokens[idx], self.train.easy[idx])
-
-  def make_batch(self, tokens_NxS, easy_N, valid_N=None):
-    ctx_CxT, valid_CxK = copy_task.pack(tokens_NxS, self.k)
-    c = ctx_CxT.shape[0]
-    easy_CxK = copy_task.pack(easy_N[:, None].astype(np.int32), self.k)[0].astype(bool)
-    if valid_N is not None:
-      valid_CxK &= copy_task.pack(valid_N[:, None].astype(np.int32), self.k)[0].astype(bool)
-    slot_mask = np.repeat(valid_CxK, self.spec.string_len, axis=1).astype(np.float32)
-    easy_T = np.repeat(easy_CxK, self.spec.string_len, axis=1).astype(np.float32)
-    mask = self.loss_mask_T[None] * slot_mask
-    return {
-        "inputs": ctx_CxT,
-        "targets": np.roll(ctx_CxT, -1, axis=1),
-        "loss_mask": mask,
-        "easy_mask": mask * easy_T,
-        "hard_mask": mask * (1.0 - easy_T),
-        "segment_ids": np.broadcast_to(self.segment_T, (c, self.segment_T.size)).copy(),
-    }
-
-  def eval_sets(self):
-    """(split name, dataset) pairs evaluated at every eval step."""
-    return (("train", self.train), ("test", self.test))
-
-  def decode_fn(self, graphdef):
-    """f(params, contexts, segment_ids) -> greedy answers; `Trainer` jits it."""
-    return functools.partial(greedy_answers, graphdef, self.spec, self.k)
-
-  def summary_fields(self):
-    """Task-specific entries of summary.json."""
-    return {}
-
-  def write_plots(self, rows, workdir):
-    from el_jax import plots  # matplotlib only when training for real
-    plots.plot_loss_groups({self.config.loss.name: rows}, os.path.join(workdir, "loss_easy_hard.png"))
-    plots.plot_accuracy(rows, os.path.join(workdir, "accuracy.png"))
-
-  def evaluate(self, trainer, params, dataset):
-    """EM and CL accuracy by greedy decoding, per group; returns a flat dict."""
-    st = self
-    n = dataset.tokens.shape[0]
-    per_call = max(st.config.train.eval_batch_contexts, 1) * st.k
-    ndev = st.mesh.devices.size
-    per_call = -(-per_call // (st.k * ndev)) * st.k * ndev  # whole contexts per device
-    preds = []
-    for lo in range(0, n, per_call):
-      toks = dataset.tokens[lo:lo + per_call]
-      m = toks.shape[0]
-      valid = np.ones(per_call, bool)
-      if m < per_call:  # pad the last call with copies, excluded from the metrics
-        toks = np.concatenate([toks, np.repeat(toks[:1], per_call - m, axis=0)])
-        valid[m:] = False
-      ctx, _ = copy_task.pack(toks, st.k)
-      seg = np.broadcast_to(st.segment_T, ctx.shape).copy()
-      p = np.asarray(trainer.decode(params, *jax.device_put((ctx, seg), trainer.data_sharding)))
-      preds.append(p.reshape(-1, st.spec.seq_len)[:m])
-    pred_NxL = np.concatenate(preds)
-    ans = copy_task.answer_positions(st.spec)
-    true_NxL = dataset.tokens[:, ans]
-    correct = pred_NxL == true_NxL
-    out = {}
-    for g, sel in (("easy", dataset.easy), ("hard", ~dataset.easy), ("all", np.ones(n, bool))):
-      c = correct[sel]
-      out[f"em_{g}"] = float(c.all(axis=1).mean()) if c.size else float("nan")
-      out[f"cl_{g}"] = float(c.mean()) if c.size else float("nan")
-      out[f"n_{g}"] = int(sel.sum())
-    return out
-
-
 def make_mesh(num_devices=0):
   """1-D `data` mesh over the first `num_devices` local devices (0 = all)."""
   devs = jax.devices()
@@ -176,6 +57,36 @@ def make_mesh(num_devices=0):
   if n > len(devs):
     raise ValueError(f"num_devices={n} but only {len(devs)} devices are visible")
   return jax.make_mesh((n,), ("data",), axis_types=(jax.sharding.AxisType.Auto,), devices=devs[:n])
+
+
+class Setup:
+  """Everything derived from a config once: the task (its data), model, loss, optimizer, mesh."""
+
+  def __init__(self, config):
+    validate_config(config)
+    self.config = config
+    t = config.train
+    # Cheap objects first, so that their config errors come before any data is built.
+    self.loss_fn = losses.get_loss_from_config(config.loss)
+    self.tx, self.schedule = optim.make_optimizer(config.optim, t.num_steps)
+    self.mesh = make_mesh(config.get("num_devices", 0))
+    task_cls = tasks.get_task_class(config.task)
+    rows, n = task_cls.rows_per_step(config), self.mesh.devices.size
+    if rows % n:
+      raise ValueError(f"{task_cls.describe_batch(config)} cannot be split over {n} "
+                       f"devices; use a batch that is a multiple of {n}, or set num_devices")
+    self.task = task_cls(config)
+    self.steps_per_epoch = self.task.num_train // self.task.examples_per_step
+    self.model_cfg = model_config(config, self.task.vocab_size, self.task.context_len)
+    self.scored_positions = self.task.scored_positions
+
+  def batch(self, seed, step):
+    """The training batch of `step` for model seed `seed` (the task's)."""
+    return self.task.batch(seed, step)
+
+
+def make_setup(config):
+  return Setup(config)
 
 
 # ----------------------------------------------------------------------------
@@ -191,19 +102,20 @@ def _masked_mean(x, m):
   return jnp.sum(x * m) / jnp.maximum(jnp.sum(m), 1.0)
 
 
-def train_step(graphdef, loss_fn, tx, state, batch, positions=None):
+def train_step(graphdef, loss_fn, tx, groups, state, batch, positions=None):
   """One optimizer step. Returns (new_state, metrics).
 
+  `groups`: the task's metric groups; the batch holds a `mask_<g>` for each
+  (see `el_jax.tasks.base`), and the metrics `loss_<g>`, `ce_<g>`, `n_<g>`.
   `positions` (optional, static int array): the only positions where any of
-  the batch's masks (`loss_mask`, `easy_mask`, `hard_mask`) can be nonzero.
-  Logits, losses and metrics are then computed there only (the model skips
-  the last block's queries and MLP and the unembedding elsewhere); the result
-  equals that of `positions=None` up to float rounding. `Trainer` passes
-  `Setup.scored_positions`.
+  the batch's masks can be nonzero. Logits, losses and metrics are then
+  computed there only (the model skips the last block's queries and MLP and
+  the unembedding elsewhere); the result equals that of `positions=None` up
+  to float rounding. `Trainer` passes the task's `scored_positions`.
   """
   if positions is not None:
     batch = dict(batch)
-    for key in ("targets", "loss_mask", "easy_mask", "hard_mask"):
+    for key in ("targets", "loss_mask", *(f"mask_{g}" for g in groups)):
       batch[key] = batch[key][:, positions]
 
   def objective(params):
@@ -216,47 +128,22 @@ def train_step(graphdef, loss_fn, tx, state, batch, positions=None):
   params = optax.apply_updates(state["params"], updates)
   ce = optax.softmax_cross_entropy_with_integer_labels(logits, batch["targets"])
   stats = losses.margin_stats(logits, batch["targets"], batch["loss_mask"])
-  metrics = {
-      "loss": loss,
-      "loss_easy": _masked_mean(per_tok, batch["easy_mask"]),
-      "loss_hard": _masked_mean(per_tok, batch["hard_mask"]),
-      "ce": _masked_mean(ce, batch["loss_mask"]),
-      "ce_easy": _masked_mean(ce, batch["easy_mask"]),
-      "ce_hard": _masked_mean(ce, batch["hard_mask"]),
+  metrics = {"loss": loss, "ce": _masked_mean(ce, batch["loss_mask"])}
+  for g in groups:
+    m = batch[f"mask_{g}"]
+    metrics[f"loss_{g}"] = _masked_mean(per_tok, m)
+    metrics[f"ce_{g}"] = _masked_mean(ce, m)
+    metrics[f"n_{g}"] = jnp.sum(m)
+  metrics.update({
       "margin_mean": stats["margin_mean"],
       "margin_min": stats["margin_min"],
       "fitted_frac": stats["fitted_frac"],
-      "n_easy": jnp.sum(batch["easy_mask"]),
-      "n_hard": jnp.sum(batch["hard_mask"]),
       "grad_norm": optax.global_norm(grads),
       "update_norm": optax.global_norm(updates),
       "param_norm": optax.global_norm(params),
-  }
+  })
   new_state = {"params": params, "opt_state": opt_state, "step": state["step"] + 1}
   return new_state, metrics
-
-
-def greedy_answers(graphdef, spec, k, params, contexts_CxT, segment_CxT):
-  """Greedy autoregressive decoding of every answer in a packed context.
-
-  Pass j predicts answer token j of all k strings at once from a context
-  whose answer tokens < j are the model's own earlier predictions (later
-  answer tokens cannot influence the prediction: the model is causal).
-  Earlier strings in the context therefore also carry predicted answers for
-  positions < j; strings are independent, so this leaks nothing.
-  Returns predictions [C, k, L_c].
-  """
-  s, a0, lc = spec.string_len, spec.answer_start, spec.seq_len
-  starts = jnp.arange(k) * s + a0  # first answer token of each slot
-  ctx = contexts_CxT
-  preds = []
-  for j in range(lc):
-    logits = decoder.apply(graphdef, params, ctx, segment_CxT)
-    q = starts + j - 1  # positions whose next token is answer token j
-    pred_CxK = jnp.argmax(logits[:, q, :], axis=-1).astype(ctx.dtype)
-    ctx = ctx.at[:, starts + j].set(pred_CxK)
-    preds.append(pred_CxK)
-  return jnp.stack(preds, axis=-1)
 
 
 # ----------------------------------------------------------------------------
@@ -264,7 +151,7 @@ def greedy_answers(graphdef, spec, k, params, contexts_CxT, segment_CxT):
 
 
 class Trainer:
-  """Jitted functions for one Setup (shared by all seeds)."""
+  """Jitted functions for one Setup (shared by all seeds); the `evaluator` tasks evaluate with."""
 
   def __init__(self, setup: Setup, score_all_positions=False):
     """`score_all_positions=True` computes the logits at every position in the
@@ -281,11 +168,12 @@ class Trainer:
                          out_shardings=self.state_sharding)
     positions = None if score_all_positions else setup.scored_positions
     self.step = jax.jit(functools.partial(train_step, self.graphdef, setup.loss_fn, setup.tx,
-                                          positions=positions),
+                                          setup.task.groups, positions=positions),
                         in_shardings=(self.state_sharding, self.data_sharding),
                         out_shardings=(self.state_sharding, self.repl), donate_argnums=0)
-    # Inputs arrive sharded over `data` (see the setups' `evaluate`), params replicated.
-    self.decode = jax.jit(setup.decode_fn(self.graphdef))
+    # Inputs arrive sharded over `data` (`put`), params replicated.
+    self.decode = jax.jit(setup.task.decode_fn(self.graphdef))
+    self.num_devices = mesh.devices.size
 
   def init(self, seed):
     return self._init(seed)
@@ -293,9 +181,13 @@ class Trainer:
   def put_batch(self, batch):
     return jax.device_put(batch, self.data_sharding)
 
+  def put(self, arrays):
+    """Host arrays (or a tuple of them) -> device arrays sharded over `data`."""
+    return jax.device_put(arrays, self.data_sharding)
+
   def evaluate(self, params, dataset):
     """The task's evaluation of `params` on `dataset` (a flat dict of floats)."""
-    return self.setup.evaluate(self, params, dataset)
+    return self.setup.task.evaluate(self, params, dataset)
 
 
 def _to_float(tree):
@@ -383,7 +275,7 @@ def train_seed(trainer: Trainer, seed, workdir, writer, flat_hook=None):
 
   def log_eval(step, params):
     row = {"seed": seed, "step": step, "kind": "eval"}
-    for split, ds in st.eval_sets():
+    for split, ds in st.task.eval_sets():
       for key, val in trainer.evaluate(params, ds).items():
         row[f"{split}_{key}"] = val
     writer.write(row)
@@ -427,7 +319,7 @@ def train_seed(trainer: Trainer, seed, workdir, writer, flat_hook=None):
 def _check_and_log(pending, seed, st, writer, bar, t0):
   step, metrics = pending
   m = _to_float(metrics)
-  for g in GROUPS:  # a batch without strings of a group has no loss for it
+  for g in st.task.groups:  # a batch without examples of a group has no loss for it
     if m[f"n_{g}"] == 0:
       m[f"loss_{g}"] = m[f"ce_{g}"] = None
   # param_norm is that of the parameters after this step's update: checking it
@@ -447,42 +339,41 @@ def _check_and_log(pending, seed, st, writer, bar, t0):
     bar.set_postfix(loss=f"{m['loss']:.4f}", refresh=False)
 
 
-# Fields that may change between runs on one workdir: they do not change what a
-# finished seed computed (which seeds run, devices, logging and stopping).
+# Fields of every task that may change between runs on one workdir: they do not
+# change what a finished seed computed (which seeds run, devices, logging and
+# stopping). Each task adds its own (`Task.resumable_fields`).
 RESUMABLE_FIELDS = frozenset({
     "seeds", "progress", "num_devices", "train.stop_at_step", "train.log_every",
-    "train.eval_every", "train.checkpoint_every", "train.eval_batch_size",
-    "train.eval_batch_contexts", "train.eval_train_graphs"})
+    "train.eval_every", "train.checkpoint_every"})
 
 
-def _flatten(d, prefix=""):
-  out = {}
-  for k, v in d.items():
-    if isinstance(v, dict):
-      out.update(_flatten(v, f"{prefix}{k}."))
-    else:
-      out[f"{prefix}{k}"] = v
-  return out
+def resumable_fields(config):
+  fields = RESUMABLE_FIELDS
+  target = tasks.REGISTRY.get(config.get("task"))
+  if target is not None and tasks.is_task_class(tasks.get(config.task)):
+    fields = fields | tasks.get(config.task).resumable_fields
+  return fields
 
 
 def check_workdir_config(config, workdir):
   """Refuses to resume (or read back finished seeds of) a workdir trained with another config.
 
   Without this a finished seed's final.json would be reported for a config
-  that never trained it. Fields in `RESUMABLE_FIELDS` may differ.
+  that never trained it. Fields in `resumable_fields(config)` may differ.
   """
   path = os.path.join(workdir, "config.json")
   if not os.path.exists(path):
     return
   try:
     with open(path) as f:
-      old = _flatten(json.load(f))
+      old = runner.flatten(json.load(f))
   except (OSError, json.JSONDecodeError) as e:
     raise ValueError(f"{path} is unreadable ({e}); it records the config this workdir was "
                      f"trained with. Use another --workdir or move this one away.") from None
-  new = _flatten(json.loads(config.to_json_best_effort()))
+  new = runner.flatten(runner.config_dict(config))
+  free = resumable_fields(config)
   diff = sorted(k for k in set(old) | set(new)
-                if k not in RESUMABLE_FIELDS and old.get(k, "<absent>") != new.get(k, "<absent>"))
+                if k not in free and old.get(k, "<absent>") != new.get(k, "<absent>"))
   if diff:
     shown = ", ".join(f"{k}: {old.get(k, '<absent>')!r} -> {new.get(k, '<absent>')!r}"
                       for k in diff[:6])
@@ -490,16 +381,6 @@ def check_workdir_config(config, workdir):
     raise ValueError(f"workdir {workdir} was trained with a different config ({shown}{more}); "
                      f"its checkpoints and finished seeds do not belong to this config. Use "
                      f"another --workdir, or move this one away to start afresh.")
-
-
-def aggregate(finals):
-  """mean / min / max over seeds of every numeric metric."""
-  keys = [k for k in finals[0] if k not in ("seed", "step") and isinstance(finals[0][k], float)]
-  out = {}
-  for k in keys:
-    v = np.array([f[k] for f in finals], dtype=np.float64)
-    out[k] = {"mean": float(v.mean()), "min": float(v.min()), "max": float(v.max())}
-  return out
 
 
 def train_and_evaluate(config, workdir):
@@ -520,18 +401,19 @@ def train_and_evaluate(config, workdir):
       return None
     finals.append(final)
   summary = {
+      "task": config.task,
+      "groups": list(setup.task.groups),
       "loss": config.loss.to_dict(),
       "seeds": [int(s) for s in config.seeds],
       "num_params": decoder.num_params(trainer.abstract_state["params"]),  # shapes only
-      "strings_per_context": setup.k,
-      **setup.summary_fields(),
+      **setup.task.summary_fields(),
       "per_seed": finals,
-      "aggregate": aggregate(finals),
+      "aggregate": runner.aggregate(finals),
   }
   with open(os.path.join(workdir, "summary.json"), "w") as f:
     json.dump(summary, f, indent=1)
   rows = writer.rows()
-  setup.write_plots(rows, workdir)
+  setup.task.write_plots(rows, workdir)
   if config.flatness.every:
     from el_jax import flatness
     flatness.plot_flatness([r for r in rows if r.get("kind") == "flatness"],
@@ -540,7 +422,7 @@ def train_and_evaluate(config, workdir):
 
 
 def ce_objectives(graphdef):
-  """(loss_fn, logits_fn) of the mean CE on a copy-task batch's scored tokens.
+  """(loss_fn, logits_fn) of the mean CE on a batch's scored tokens (`loss_mask`).
 
   The pure functions of params and batch that el_jax.flatness measures:
   `loss_fn(params, batch) -> scalar`, `logits_fn(params, batch) -> (logits, mask)`.
@@ -575,34 +457,19 @@ def make_flatness_hook(trainer):
   return hook
 
 
-# config.task -> "module:Setup class"; every setup provides the attributes the
-# Trainer and train loop use (config, model_cfg, tx, schedule, loss_fn, mesh,
-# scored_positions, steps_per_epoch, k, batch, eval_sets, decode_fn, evaluate,
-# write_plots).
-SETUPS = {
-    "copy_task": "el_jax.train:Setup",
-    "path_star": "el_jax.train_path_star:PathStarSetup",
-}
-BATCH_FIELD = {"copy_task": "batch_strings", "path_star": "batch_size"}
-
-
-def make_setup(config):
-  validate_config(config)
-  import importlib
-  module, cls = SETUPS[config.task].split(":")
-  return getattr(importlib.import_module(module), cls)(config)
-
-
 def validate_config(config):
-  """Fails early, with the allowed values, on config mistakes."""
-  if config.task not in SETUPS:
-    raise ValueError(f"config.task={config.task!r} is not trained by el_jax.train; "
-                     f"valid tasks: {sorted(SETUPS)}")
-  if not len(config.seeds):
+  """Fails early, with the allowed values, on config mistakes (before any data or model)."""
+  task_cls = tasks.get_task_class(config.get("task", "<absent>"))
+  seeds = config.seeds
+  if not len(seeds):
     raise ValueError("config.seeds is empty; give at least one model seed, e.g. (0,)")
+  bad = [s for s in seeds if isinstance(s, bool) or not isinstance(s, (int, np.integer))]
+  if bad:
+    raise ValueError(f"config.seeds={tuple(seeds)!r} must be integers, e.g. (0, 1, 2)")
   t = config.train
-  for name in ("log_every", "checkpoint_every", BATCH_FIELD[config.task]):
+  for name in ("num_steps", "log_every", "checkpoint_every"):
     if t[name] < 1:
       raise ValueError(f"train.{name}={t[name]} must be >= 1")
   if t.eval_every < 0:
     raise ValueError(f"train.eval_every={t.eval_every} must be >= 0 (0 = only at the end)")
+  task_cls.validate_config(config)

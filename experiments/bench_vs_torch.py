@@ -59,7 +59,6 @@ def _serve(info, run):
 
 
 def el_jax_worker(config_args, warmup, all_positions):
-  sys.path.insert(0, ROOT)
   import jax
   from el_jax import bench, cli
   from el_jax.models import decoder
@@ -219,7 +218,6 @@ def main():
   common = [f"--warmup={args.warmup}"]
   jax_w = Worker([sys.executable, me, "--worker=el_jax", *common, *config_args])
   shape = dict(jax_w.info["shape"])
-  sys.path.insert(0, ROOT)
   from el_jax import cli
   config, _ = cli.parse(["bench_vs_torch"] + config_args, require_workdir=False)
   if config.optim.name != "adamw" or config.optim.weight_decay or config.optim.warmup_steps:

@@ -21,11 +21,8 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from configs import copy_task as copy_cfg  # noqa: E402
-from el_jax import demo  # noqa: E402
-from el_jax import train  # noqa: E402
+from el_jax import demo
+from el_jax import runner
 
 # The CE and E1 + warmup runs of `make demo` (configs/copy_task.py sweep()).
 LOSSES = {k: v for k, v in demo.demo_runs().items() if k in ("ce", "e1_warmup")}
@@ -33,7 +30,7 @@ KEYS = ("hessian_trace", "fisher_trace", "top_eigenvalue")
 
 
 def make_config(overrides, args):
-  c = demo.override(copy_cfg.get_config("cpu"), overrides)
+  c = runner.get_config("copy_task", "cpu", overrides)
   c.seeds = tuple(args.seeds)
   c.train.num_steps = args.steps
   c.train.checkpoint_every = args.steps
@@ -46,11 +43,6 @@ def make_config(overrides, args):
   c.flatness.fisher_samples = args.fisher_samples
   c.flatness.lanczos_steps = args.lanczos_steps
   return c
-
-
-def read_rows(path):
-  with open(path) as f:
-    return [json.loads(line) for line in f if line.strip()]
 
 
 def converged_step(train_rows):
@@ -142,8 +134,8 @@ def main(argv=None):
     cfg = make_config(overrides, args)
     wd = os.path.join(args.workdir, name)
     t0 = time.time()
-    train.train_and_evaluate(cfg, wd)
-    rows = read_rows(os.path.join(wd, "metrics.jsonl"))
+    runner.run_or_reuse(cfg, wd)
+    rows = runner.read_metrics(wd)
     results[name] = {"overrides": overrides, "seconds": round(time.time() - t0, 1),
                      "per_seed": summarise(rows, args.seeds)}
     print(f"{name}: {results[name]['seconds']} s", flush=True)

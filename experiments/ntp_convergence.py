@@ -10,13 +10,9 @@ convergence.json.
 import argparse
 import json
 import os
-import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
-from configs import ntp_linear  # noqa: E402
-from el_jax.ntp import train  # noqa: E402
+from el_jax import runner
+from el_jax.ntp import train
 
 
 def main(argv=None):
@@ -26,7 +22,7 @@ def main(argv=None):
   a = ap.parse_args(argv)
   out = {}
   for v in a.variants.split(","):
-    s = train.train_and_evaluate(ntp_linear.get_config(v), os.path.join(a.out, v))
+    s = train.train_and_evaluate(runner.get_config("ntp_linear", v), os.path.join(a.out, v))
     out[v] = dict(instance=s["instance"], runs=s["runs"], reg_path=s.get("reg_path"))
   with open(os.path.join(a.out, "convergence.json"), "w") as f:
     json.dump(out, f, indent=1)

@@ -9,15 +9,12 @@ supports, and how it depends on |S_j|. Writes separability.json and .png.
 import argparse
 import json
 import os
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tqdm import tqdm
 
-from tqdm import tqdm  # noqa: E402
-
-from el_jax.ntp import data as data_lib  # noqa: E402
-from el_jax.ntp import geometry  # noqa: E402
+from el_jax.ntp import data as data_lib
+from el_jax.ntp import geometry
 
 
 def main(argv=None):

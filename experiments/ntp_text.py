@@ -13,27 +13,24 @@ and at d = 2m. Writes text.json and text.png.
 import argparse
 import json
 import os
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from el_jax.ntp import data as data_lib  # noqa: E402
-from el_jax.ntp import geometry  # noqa: E402
-from el_jax.ntp import optim  # noqa: E402
-from el_jax.ntp import text  # noqa: E402
+from el_jax.ntp import data as data_lib
+from el_jax.ntp import dynamics
+from el_jax.ntp import geometry
+from el_jax.ntp import text
 
 
 def gd_run(ds, steps, lr):
-  prob = optim.targets(ds)
+  prob = dynamics.targets(ds)
   t0 = time.time()
-  _, h = optim.train(prob, "gd", lr=lr, steps=steps, log_every=steps // 100)
+  _, h = dynamics.train(prob, "gd", lr=lr, steps=steps, log_every=steps // 100)
   return dict(d=ds.d, lr=lr, steps=steps, time_s=time.time() - t0,
               norm_W_mm=float(np.linalg.norm(prob.W_mm)),
               norm_W_star=float(np.linalg.norm(prob.W_star)),
-              **{k: float(h[k][-1]) for k in optim.METRICS},
+              **{k: float(h[k][-1]) for k in dynamics.METRICS},
               gap_at={int(s): float(g) for s, g in zip(h["step"][::25], h["gap"][::25])})
 
 

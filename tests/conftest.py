@@ -1,6 +1,5 @@
 """Test-wide JAX settings: 8 forced CPU devices (sharding tests), strict rank promotion."""
 import os
-import sys
 
 # Must happen before JAX initialises its backends.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -11,6 +10,3 @@ import jax  # noqa: E402
 jax.config.update("jax_num_cpu_devices", 8)
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-  sys.path.insert(0, ROOT)

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from el_jax.data import copy_task as ct
+from el_jax.tasks import base
 
 
 def _ids(word):
@@ -172,8 +173,8 @@ def test_loss_mask_selects_answer_targets(seq_len, pad_len, k):
 
 
 def test_epoch_order():
-  a = ct.epoch_order(400, seed=0, epoch=3)
+  a = base.epoch_order(400, seed=0, epoch=3)
   assert np.array_equal(np.sort(a), np.arange(400))
-  assert np.array_equal(a, ct.epoch_order(400, seed=0, epoch=3))
-  assert not np.array_equal(a, ct.epoch_order(400, seed=0, epoch=4))
-  assert not np.array_equal(a, ct.epoch_order(400, seed=1, epoch=3))
+  assert np.array_equal(a, base.epoch_order(400, seed=0, epoch=3))
+  assert not np.array_equal(a, base.epoch_order(400, seed=0, epoch=4))
+  assert not np.array_equal(a, base.epoch_order(400, seed=1, epoch=3))

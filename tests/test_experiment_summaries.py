@@ -19,15 +19,16 @@ def _script(name):
 def test_train_ce_summary_is_the_seed_mean_over_each_window(tmp_path):
   rng = np.random.default_rng(0)
   steps = np.arange(25, 1001, 25)
-  ce = {(s, k): rng.random(len(steps)) for s in (0, 1, 2) for k in ("ce_hard", "ce_easy")}
+  ce = {(s, k): rng.random(len(steps)) for s in (0, 1, 2) for k in ("ce_decision", "ce_rest")}
   with open(tmp_path / "metrics.jsonl", "w") as f:
     for s in (0, 1, 2):
       for i, t in enumerate(steps):
         f.write(json.dumps({"seed": s, "step": int(t), "kind": "train",
-                            "ce_hard": ce[s, "ce_hard"][i], "ce_easy": ce[s, "ce_easy"][i]}) + "\n")
-        f.write(json.dumps({"seed": s, "step": int(t), "kind": "eval", "ce_hard": 99.0}) + "\n")
+                            "ce_decision": ce[s, "ce_decision"][i],
+                            "ce_rest": ce[s, "ce_rest"][i]}) + "\n")
+        f.write(json.dumps({"seed": s, "step": int(t), "kind": "eval", "ce_decision": 99.0}) + "\n")
   got = _script("path_star_table1").train_ce_summary(str(tmp_path), 1000)
-  for key, group in (("ce_hard", "decision"), ("ce_easy", "other_tokens")):
+  for key, group in (("ce_decision", "decision"), ("ce_rest", "rest")):
     both = np.mean([ce[s, key] for s in (0, 1, 2)], axis=0)
     np.testing.assert_allclose(got[group]["end"], both[steps > 900].mean(), rtol=1e-12)
     np.testing.assert_allclose(got[group]["end_minus_500"],
@@ -42,10 +43,55 @@ def test_data_coverage_counts_easy_test_letters_seen_in_training():
   for lo in ({}, {"data.num_letters": 500, "data.num_train": 800}):
     got = suite.data_coverage(lo)
     cfg = make_config("cpu", lo, [0])
-    tr, te = train._datasets(train.task_spec(cfg), cfg.data.num_train, cfg.data.num_test,
-                             cfg.data.data_seed)
+    task = train.Setup(cfg).task
+    tr, te = task.train, task.test
     seen = {tuple(a) for a, e in zip(tr.answers.tolist(), tr.easy) if e}
     want = np.mean([tuple(a) in seen for a, e in zip(te.answers.tolist(), te.easy) if e])
     assert got == {"test_easy_seen_in_train": want, "train_num_easy": int(tr.easy.sum())}
   assert suite.data_coverage({})["test_easy_seen_in_train"] == 1.0  # 26 letters, 320 strings
   assert suite.data_coverage(lo)["test_easy_seen_in_train"] < 0.8  # 500 letters, 641 strings
+
+
+def test_demo_runs_are_the_setting_chosen_on_validation():
+  """configs/copy_task.py sweep() holds what experiments/copy_task_cpu_sweep.py --stage=select
+  chose on the validation split (results/copy_task_cpu_sweep/selection.json)."""
+  from el_jax import demo
+  with open(os.path.join(ROOT, "results", "copy_task_cpu_sweep", "selection.json")) as f:
+    sel = json.load(f)
+  assert sel["metric"].startswith("valid_")
+  runs = demo.demo_runs()
+  e_runs = [o for o in runs.values() if o["loss.name"] != "ce"]
+  assert len(e_runs) == 1
+  chosen = sel["chosen_overrides"]
+  assert {k: v for k, v in e_runs[0].items()} == chosen
+  warm = chosen.get("optim.warmup_steps")
+  assert runs["ce_warmup"]["optim.warmup_steps"] == warm  # the warmup-only control
+  assert runs["ce"] == {"loss.name": "ce"}
+  # The choice is the argmax of the recorded validation scores.
+  assert sel["candidates"][sel["chosen_run"]] == max(sel["candidates"].values())
+
+
+def test_comparisons_recorded_in_experiment_json_match_their_per_seed_values():
+  """Every p-value in the committed JSON is the permutation test of the per-seed values
+  beside it (recomputed here from those values)."""
+  from el_jax import runner
+  checked = 0
+  path = os.path.join(ROOT, "results", "copy_task_suite", "table3.json")
+  if os.path.exists(path):
+    rows = {r["label"]: r for r in json.load(open(path))}
+    for r in rows.values():
+      if "vs_ce" in r:
+        base = rows[r["vs_ce"]["baseline"]]
+        p = runner.permutation_test(r["per_seed_test_em_hard"], base["per_seed_test_em_hard"])
+        assert r["vs_ce"]["p_value"] == p
+        checked += 1
+  path = os.path.join(ROOT, "results", "demo", "summary.json")
+  summ = json.load(open(path))
+  for name, c in summ.get("comparisons", {}).items():
+    a, b = name.split(" vs ")
+    va = [f[c["metric"]] for f in summ["per_seed"][a]]
+    vb = [f[c["metric"]] for f in summ["per_seed"][b]]
+    assert c["p_value"] == runner.permutation_test(va, vb)
+    assert c["mean_a"] == np.mean(va)
+    checked += 1
+  assert checked > 0

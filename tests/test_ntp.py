@@ -7,8 +7,8 @@ import pytest
 from scipy import optimize, special, stats
 
 from el_jax.ntp import data as data_lib
+from el_jax.ntp import dynamics
 from el_jax.ntp import geometry
-from el_jax.ntp import optim
 
 
 # ----------------------------------------------------------------------------
@@ -77,8 +77,8 @@ def test_cross_entropy_and_gap_match_numpy():
   assert geometry.cross_entropy(W, ds.H, ds.P, ds.pi) == pytest.approx(ref, rel=1e-12)
   import jax
   with jax.enable_x64(True):
-    ce = float(optim.cross_entropy(W, ds.H, ds.P, ds.pi))
-    gap = float(optim.entropy_gap(W, ds.H, ds.P, ds.pi))
+    ce = float(dynamics.cross_entropy(W, ds.H, ds.P, ds.pi))
+    gap = float(dynamics.entropy_gap(W, ds.H, ds.P, ds.pi))
   assert ce == pytest.approx(ref, rel=1e-12)
   assert gap == pytest.approx(ref - geometry.entropy(ds.P, ds.pi), rel=1e-10)
 
@@ -110,11 +110,11 @@ def test_projector_matches_dense_pinv():
   np.testing.assert_allclose(pr.onto_f(W).ravel(), PF @ W.ravel(), atol=1e-10)
   np.testing.assert_allclose(pr.onto_f_perp(W).ravel(), W.ravel() - PF @ W.ravel(), atol=1e-10)
   # The JAX projector used inside training is the same map.
-  prob = optim.targets(data_lib.fig1_instance(14))
+  prob = dynamics.targets(data_lib.fig1_instance(14))
   W2 = np.random.default_rng(2).normal(size=(5, 2))
   import jax
   with jax.enable_x64(True):
-    got = np.asarray(optim.project_f(W2, prob.H, prob.f_j, prob.f_C, prob.f_pinv))
+    got = np.asarray(dynamics.project_f(W2, prob.H, prob.f_j, prob.f_C, prob.f_pinv))
   np.testing.assert_allclose(got, geometry.projector(prob.H, prob.P).onto_f(W2), atol=1e-10)
 
 
@@ -221,22 +221,22 @@ def numpy_grad(W, H, P, pi):
 
 def test_optimizer_steps_match_numpy():
   ds = data_lib.random_instance(4, 5, 6, 3, seed=4, n_samples=40)
-  prob = optim.targets(ds)
+  prob = dynamics.targets(ds)
   W0 = np.random.default_rng(0).normal(size=(6, 5))
   g = numpy_grad(W0, ds.H, ds.P, ds.pi)
-  W1, _ = optim.train(prob, "gd", lr=0.3, steps=1, log_every=1, W0=W0)
+  W1, _ = dynamics.train(prob, "gd", lr=0.3, steps=1, log_every=1, W0=W0)
   np.testing.assert_allclose(W1, W0 - 0.3 * g, atol=1e-12)
-  W1, _ = optim.train(prob, "ngd", lr=0.3, steps=1, log_every=1, W0=W0)
+  W1, _ = dynamics.train(prob, "ngd", lr=0.3, steps=1, log_every=1, W0=W0)
   np.testing.assert_allclose(W1, W0 - 0.3 * g / np.linalg.norm(g), atol=1e-12)
   # Adam's first step is lr * sign(g) up to eps (bias correction makes m/sqrt(v) = g/|g|).
-  W1, _ = optim.train(prob, "adam", lr=0.3, steps=1, log_every=1, W0=W0)
+  W1, _ = dynamics.train(prob, "adam", lr=0.3, steps=1, log_every=1, W0=W0)
   np.testing.assert_allclose(W1, W0 - 0.3 * g / (np.abs(g) + 1e-8), atol=1e-9)
 
 
 def test_recorded_metrics_match_numpy():
   ds = data_lib.random_instance(4, 5, 6, 3, seed=4, n_samples=40)
-  prob = optim.targets(ds)
-  W, h = optim.train(prob, "gd", lr=0.5, steps=50, log_every=25)
+  prob = dynamics.targets(ds)
+  W, h = dynamics.train(prob, "gd", lr=0.5, steps=50, log_every=25)
   assert list(h["step"]) == [0, 25, 50]
   Hs = geometry.entropy(ds.P, ds.pi)
   cos = lambda a, b: np.sum(a * b) / np.linalg.norm(a) / np.linalg.norm(b)
@@ -252,11 +252,11 @@ def test_recorded_metrics_match_numpy():
 
 
 def test_gd_on_fig1_reaches_the_paper_limits():
-  from configs import ntp_linear
-  cfg = ntp_linear.get_config("fig1")
+  from el_jax import runner
+  cfg = runner.get_config("ntp_linear", "fig1")
   from el_jax.ntp import train as train_lib
-  prob = optim.targets(train_lib.build_data(cfg))
-  _, h = optim.train(prob, "gd", lr=cfg.lr.gd, steps=cfg.steps, log_every=cfg.log_every)
+  prob = dynamics.targets(train_lib.build_data(cfg))
+  _, h = dynamics.train(prob, "gd", lr=cfg.lr.gd, steps=cfg.steps, log_every=cfg.log_every)
   assert h["cos_mm"][-1] > 0.99
   assert h["gap"][-1] < 1e-3
   assert h["dist_f"][-1] < 0.05
@@ -264,9 +264,9 @@ def test_gd_on_fig1_reaches_the_paper_limits():
 
 
 def test_regularization_path_matches_scipy():
-  prob = optim.targets(data_lib.fig1_instance(14))
+  prob = dynamics.targets(data_lib.fig1_instance(14))
   B = 2.0
-  W, ms = optim.regularization_path(prob, np.array([B]), steps=3000)
+  W, ms = dynamics.regularization_path(prob, np.array([B]), steps=3000)
   ce = lambda x: geometry.cross_entropy(x.reshape(5, 2), prob.H, prob.P, prob.pi)
   r = optimize.minimize(ce, np.full(10, 0.1), method="SLSQP", options=dict(ftol=1e-14),
                         constraints=[dict(type="ineq", fun=lambda x: B * B - x @ x)])
@@ -327,7 +327,8 @@ def test_bad_input_names_the_problem(H, P, pi, msg):
 
 
 def test_configs_and_cli(tmp_path):
-  from configs import ntp_linear
+  from el_jax import runner
+  ntp_linear = runner.load_config_module("ntp_linear")
   for v in ntp_linear.VARIANTS:
     assert ntp_linear.get_config(v).task == "ntp_linear"
   with pytest.raises(ValueError, match="fig1, appendix, text, test"):

@@ -319,7 +319,7 @@ def jax_one_hot(x, v):
 
 @pytest.mark.parametrize("choose_right", [True, False, "half"])
 def test_greedy_decoding_with_oracle_model(monkeypatch, choose_right):
-  from el_jax import train_path_star as tps
+  from el_jax.tasks import path_star as tps
   spec = ps.GraphSpec(3, 4, 20)
   g = ps.generate_graphs(50, 3, 4, 20, seed=2)
   toks = ps.tokens(g, spec)
@@ -362,11 +362,12 @@ def test_greedy_paths_equal_plain_greedy_decoding_on_a_real_model(monkeypatch, v
   as decoding every pass, for a random decoder (off track at once) and for the same
   decoder with its first token forced right (rows on track, then diverging)."""
   from el_jax import train
-  from el_jax import train_path_star as tps
   from el_jax.models import decoder
-  st = train.make_setup(_config(**{"data.degree": 3, "data.path_len": 5, "data.num_nodes": 20,
-                                   "data.variant": variant}))
-  graphdef, params = decoder.init(st.model_cfg, 3)
+  from el_jax.tasks import path_star as tps
+  setup = train.make_setup(_config(**{"data.degree": 3, "data.path_len": 5, "data.num_nodes": 20,
+                                      "data.variant": variant}))
+  st = setup.task
+  graphdef, params = decoder.init(setup.model_cfg, 3)
   inputs = st.model_inputs(st.test)
   first = ps.targets(st.test, variant)[:, 0]
   bias = jax_one_hot(jnp.asarray(first), st.spec.vocab_size) * 1e4
@@ -394,24 +395,23 @@ def test_greedy_paths_equal_plain_greedy_decoding_on_a_real_model(monkeypatch, v
 
 
 def _config(**overrides):
-  from configs import path_star as cfg_mod
-  from el_jax.demo import override
-  return override(cfg_mod.get_config("test"), overrides)
+  from el_jax import runner
+  return runner.get_config("path_star", "test", overrides)
 
 
 def test_setup_batches_mark_the_decision_token():
   from el_jax import train
-  st = train.make_setup(_config(**{"data.degree": 3, "data.path_len": 4, "data.num_nodes": 20}))
+  st = train.make_setup(_config(**{"data.degree": 3, "data.path_len": 4, "data.num_nodes": 20})).task
   b = st.batch(0, 0)
   spec = st.spec
   assert b["inputs"].shape == (16, spec.seq_len - 1)
   assert (b["loss_mask"].sum(axis=1) == spec.path_len).all()
-  assert (b["hard_mask"].sum(axis=1) == 1).all()
-  np.testing.assert_array_equal(b["easy_mask"] + b["hard_mask"], b["loss_mask"])
+  assert (b["mask_decision"].sum(axis=1) == 1).all()
+  np.testing.assert_array_equal(b["mask_rest"] + b["mask_decision"], b["loss_mask"])
   dec = spec.prefix_len - 1 + 1  # input position whose target is path[1]
-  assert (b["hard_mask"][:, dec] == 1).all()
-  from el_jax.data import copy_task
-  idx = copy_task.epoch_order(len(st.train), 0, 0)[:16]  # data_seed 0, model seed 0, epoch 0
+  assert (b["mask_decision"][:, dec] == 1).all()
+  from el_jax.tasks import base
+  idx = base.epoch_order(len(st.train), 0, 0)[:16]  # data_seed 0, model seed 0, epoch 0
   np.testing.assert_array_equal(b["targets"][:, dec], st.train.path[idx, 1])
   np.testing.assert_array_equal(b["targets"][:, spec.prefix_len - 1:], st.train.path[idx])
   np.testing.assert_array_equal(st.batch(0, 0)["inputs"], b["inputs"])  # deterministic
@@ -429,8 +429,8 @@ def test_config_errors_are_clear():
   with pytest.raises(ValueError, match="train.batch_size=12 cannot be split over 8 devices"):
     train.make_setup(_config(**{"train.batch_size": 12}))
   with pytest.raises(ValueError, match="unknown path_star variant 'gpu'"):
-    from configs import path_star as cfg_mod
-    cfg_mod.get_config("gpu")
+    from el_jax import runner
+    runner.get_config("path_star", "gpu")
 
 
 @pytest.mark.parametrize("variant", ps.VARIANTS)
@@ -441,15 +441,16 @@ def test_train_end_to_end_on_test_config(tmp_path, variant):
           f"--config.data.variant={variant}"]
   summ = main.main(args)
   keys = set(summ["aggregate"])
-  for split in ("train", "test"):
-    for k in ("em", "tok", "tf_em", "greedy_pos0", "greedy_pos2", "tf_pos1", "decision_legal",
+  for split in ("train", "valid", "test"):
+    for k in ("em_all", "em_decision", "em_rest", "tok", "tf_em", "greedy_pos0", "greedy_pos2", "tf_pos1", "decision_legal",
               "walk_legal"):
       assert f"{split}_{k}" in keys
   assert summ["graph"]["variant"] == variant
   assert summ["graph"]["decision_index"] == 1  # l = 3: index 1 forward, l - 2 = 1 reversed
   rows = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
   train_rows = [r for r in rows if r["kind"] == "train"]
-  assert all(np.isfinite(r["ce_hard"]) and np.isfinite(r["ce_easy"]) for r in train_rows)
+  assert all(np.isfinite(r["ce_decision"]) and np.isfinite(r["ce_rest"]) for r in train_rows)
+  assert not any(k.endswith(("_easy", "_hard")) for r in rows for k in r)  # the task's names only
   assert os.path.exists(tmp_path / "accuracy.png") and os.path.exists(tmp_path / "loss_groups.png")
   again = main.main(args)  # finished seeds are read back, not retrained
   assert again["per_seed"] == summ["per_seed"]
@@ -460,7 +461,7 @@ def test_reference_test_file_through_config():
   from el_jax import train
   tmpl = os.path.join(REF_DIR, "deg_{degree}_path_{path_len}_nodes_{num_nodes}_test_20000.txt")
   st = train.make_setup(_config(**{"data.num_nodes": 50, "data.degree": 5,
-                                   "data.test_file": tmpl, "data.num_test": 100}))
+                                   "data.test_file": tmpl, "data.num_test": 100})).task
   assert len(st.test) == 100
   assert st.test_file.endswith("deg_5_path_3_nodes_50_test_20000.txt")
   with open(st.test_file) as f:

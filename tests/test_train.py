@@ -21,10 +21,10 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from configs import copy_task as copy_config
-from el_jax import demo
 from el_jax import optim
+from el_jax import runner
 from el_jax import train
+from el_jax.tasks import copy_task as copy_tasks
 from el_jax.data import copy_task
 from el_jax.models import decoder
 
@@ -36,8 +36,8 @@ K = 4  # the resume point: half of the `test` variant's 8 steps
 # device. If a change of the model, its initialisation, the data, the loss or
 # the optimizer changes them ON PURPOSE, regenerate them with
 #
-#   JAX_PLATFORMS=cpu .venv/bin/python -c "from configs import copy_task; \
-#   from el_jax import train; c = copy_task.get_config('test'); c.num_devices = 1; \
+#   JAX_PLATFORMS=cpu .venv/bin/python -c "from el_jax import runner, train; \
+#   c = runner.get_config('copy_task', 'test'); c.num_devices = 1; \
 #   st = train.Setup(c); tr = train.Trainer(st); \
 #   _, m = tr.step(tr.init(0), tr.put_batch(st.batch(0, 0))); \
 #   print({k: float(m[k]) for k in ('loss', 'grad_norm', 'param_norm')})"
@@ -49,7 +49,7 @@ GOLDEN_STEP_1 = {"loss": 3.351510763168335, "grad_norm": 1.4828977584838867,
 
 def _config(**overrides):
   """The `test` config with dotted-key overrides, e.g. `**{"optim.lr": 1e-2}`."""
-  config = demo.override(copy_config.get_config("test"), overrides)
+  config = runner.get_config("copy_task", "test", overrides)
   config.progress = False
   return config
 
@@ -335,7 +335,8 @@ def test_diverged_parameters_are_caught_before_the_checkpoint(tmp_path):
   train_seed checks each step's metrics right before it may checkpoint that
   step's state, so the check must look at the updated parameters too.
   """
-  setup = types.SimpleNamespace(config=_config(), schedule=lambda step: 1e30, steps_per_epoch=4)
+  setup = types.SimpleNamespace(config=_config(), schedule=lambda step: 1e30, steps_per_epoch=4,
+                                task=types.SimpleNamespace(groups=("easy", "hard")))
   metrics = {"loss": 2.0, "loss_easy": 1.0, "loss_hard": 3.0, "ce": 2.0, "ce_easy": 1.0,
              "ce_hard": 3.0, "n_easy": 8.0, "n_hard": 2.0, "grad_norm": 1.0,
              "update_norm": float("inf"), "param_norm": float("inf")}
@@ -385,7 +386,7 @@ def test_greedy_answers_feeds_back_its_own_predictions(monkeypatch):
   data, _ = copy_task.make_datasets(spec, num_train=6, num_test=1, seed=3)
   ctx_CxT, _ = copy_task.pack(data.tokens, k)
   seg_CxT = np.broadcast_to(np.repeat(np.arange(k), spec.string_len), ctx_CxT.shape)
-  decode = functools.partial(train.greedy_answers, None, spec, k, None,
+  decode = functools.partial(copy_tasks.greedy_answers, None, spec, k, None,
                              jnp.asarray(ctx_CxT), jnp.asarray(seg_CxT))
 
   # A "model" that predicts (input letter + 1): the first answer letter follows
@@ -393,7 +394,7 @@ def test_greedy_answers_feeds_back_its_own_predictions(monkeypatch):
   def next_letter(graphdef, params, tokens_BxT, *args):
     return jax.nn.one_hot((tokens_BxT + 1) % nl, spec.vocab_size)
 
-  monkeypatch.setattr(train.decoder, "apply", next_letter)
+  monkeypatch.setattr(copy_tasks.decoder, "apply", next_letter)
   chain = (spec.cls_id + 1 + np.arange(spec.seq_len)) % nl
   preds = np.asarray(decode())
   assert preds.shape == (3, k, spec.seq_len)
@@ -406,16 +407,17 @@ def test_greedy_answers_feeds_back_its_own_predictions(monkeypatch):
   def copier(graphdef, params, tokens_BxT, *args):
     return jax.nn.one_hot(jnp.roll(tokens_BxT, lag, axis=1), spec.vocab_size)
 
-  monkeypatch.setattr(train.decoder, "apply", copier)
+  monkeypatch.setattr(copy_tasks.decoder, "apply", copier)
   np.testing.assert_array_equal(np.asarray(decode()).reshape(-1, spec.seq_len), data.answers)
 
 
 def test_evaluate_counts_em_and_cl_per_group():
   setup = train.Setup(_config())
   trainer = train.Trainer(setup)
-  spec, k, lc = setup.spec, setup.k, setup.spec.seq_len
+  task = setup.task
+  spec, k, lc = task.spec, task.k, task.spec.seq_len
   n = 45  # not a multiple of the strings per evaluation call: the last call is padded
-  ds = copy_task.CopyDataset(tokens=setup.test.tokens[:n], easy=setup.test.easy[:n], spec=spec)
+  ds = copy_task.CopyDataset(tokens=task.test.tokens[:n], easy=task.test.easy[:n], spec=spec)
   assert 0 < ds.easy.sum() < n
 
   def planted(tokens_NxS):  # 0: right, 1: last letter wrong, 2: all wrong (by first letter)
@@ -455,7 +457,7 @@ def test_decoder_is_causal_by_gradients(preset, doc_mask, monkeypatch):
   t, d, v = cfg.max_len, cfg.embed_dim, cfg.vocab_size
   graphdef, params = decoder.init(cfg, 0)
   tokens = jnp.asarray(np.random.default_rng(0).integers(0, v, (1, t)), jnp.int32)
-  seg_T = setup.segment_T
+  seg_T = setup.task.segment_T
   assert 0 < seg_T.sum() < t  # two strings
   shift = {}
   embed_call = nnx.Embed.__call__
@@ -509,7 +511,7 @@ def test_config_error_names_value_and_allowed(case, tmp_path):
 
 
 def _optim_config(**overrides):
-  cfg = copy_config.get_config("test").optim
+  cfg = runner.get_config("copy_task", "test").optim
   cfg.update(dict(lr=1.0, warmup_steps=4, final_lr_frac=0.1, grad_clip=0.0))
   cfg.update(overrides)
   return cfg

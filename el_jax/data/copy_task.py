@@ -13,7 +13,7 @@ S = L_p + 2 L_c + 3 tokens (2013 for L_c=5, L_p=2000; 55 for L_c=1, L_p=50);
 contexts are k whole strings packed back to back, so that the context length
 can grow while the number of strings per batch stays fixed.
 
-Train and test sets are independent draws from the same distribution, each
+Train, validation and test sets are independent draws from the same distribution, each
 from its own seed stream; as in the paper, test strings that happen to equal a
 training string are kept. They are not rejected because for small L_c the easy
 strings are few (26 distinct easy strings for L_c=1), so rejection would change
@@ -155,6 +155,19 @@ def make_datasets(spec: CopyTaskSpec, num_train: int = 400,
   return train, test
 
 
+def make_splits(spec: CopyTaskSpec, num_train: int = 400, num_valid: int = 1000,
+                num_test: int = 1000, seed: int = 0) -> dict:
+  """{"train", "valid", "test"}: `make_datasets`' train and test sets (unchanged)
+  plus a validation set from a third, independent stream of the same seed.
+
+  The validation set is for choosing hyperparameters; the test set is only
+  reported. Like the test set, it may contain strings of the training set.
+  """
+  train, test = make_datasets(spec, num_train=num_train, num_test=num_test, seed=seed)
+  valid = make_split(spec, num_valid, np.random.default_rng([seed, 3]))
+  return {"train": train, "valid": valid, "test": test}
+
+
 def seen_in_train(train: CopyDataset, test: CopyDataset) -> np.ndarray:
   """bool [N_test]: True where the test string also occurs in `train`."""
   seen = {row.tobytes() for row in np.ascontiguousarray(train.tokens)}
@@ -219,11 +232,6 @@ def loss_mask_for_context(spec: CopyTaskSpec, k: int) -> np.ndarray:
   mask_KxS = np.zeros((k, s), dtype=np.float32)
   mask_KxS[:, answer_positions(spec) - 1] = 1.0
   return mask_KxS.reshape(k * s)
-
-
-def epoch_order(num_strings: int, seed: int, epoch: int) -> np.ndarray:
-  """A permutation of the strings for `epoch`, deterministic in (seed, epoch)."""
-  return np.random.default_rng([seed, 2, epoch]).permutation(num_strings)
 
 
 def decode_string(tokens_S, spec: CopyTaskSpec) -> str:

@@ -5,6 +5,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from el_jax.models.decoder import num_params  # noqa: F401  (re-exported: one definition)
+
 
 def leaf_names(tree):
   """'/'-joined key paths of the leaves of `tree`, in `jax.tree.leaves` order."""
@@ -20,10 +22,6 @@ def leaf_slices(tree):
     out.append((name, start, start + size))
     start += size
   return out
-
-
-def num_params(tree):
-  return sum(int(np.prod(np.shape(x), dtype=np.int64)) for x in jax.tree.leaves(tree))
 
 
 def tree_vdot(a, b):

@@ -21,6 +21,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 POSITIONS = ("rotary", "learned")
@@ -223,4 +224,5 @@ def apply(graphdef, params, tokens_BxT, segment_ids_BxT=None, positions_P=None):
 
 
 def num_params(params):
-  return sum(int(x.size) for x in jax.tree.leaves(params))
+  """Number of scalars in a pytree of arrays or ShapeDtypeStructs (shapes only)."""
+  return sum(int(np.prod(np.shape(x), dtype=np.int64)) for x in jax.tree.leaves(params))

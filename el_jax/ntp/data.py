@@ -146,7 +146,7 @@ def count_contexts(sequences, n):
 
 
 def from_sequences(sequences, n, embed: Callable[[np.ndarray], np.ndarray], *,
-                   vocab_size=None, vocab=None, min_count=1):
+                   vocab_size=None, vocab=None, min_count=1, max_contexts=None):
   """NTP data from token sequences: empirical P and pi, embeddings from `embed`.
 
   Args:
@@ -159,6 +159,9 @@ def from_sequences(sequences, n, embed: Callable[[np.ndarray], np.ndarray], *,
     min_count: keep only contexts seen at least this many times; small
       corpora have many singletons whose one-token support makes them
       trivially separable and inflates m.
+    max_contexts: then keep only the `max_contexts` most frequent contexts
+      (ties: first appearance first), still in order of first appearance;
+      None keeps all.
   """
   contexts, counts = count_contexts(sequences, n)
   if vocab_size is not None:
@@ -170,6 +173,9 @@ def from_sequences(sequences, n, embed: Callable[[np.ndarray], np.ndarray], *,
   if not keep.any():
     raise ValueError(f"no context of length {n} occurs at least min_count = {min_count} times")
   contexts, counts, tot = contexts[keep], counts[keep], tot[keep]
+  if max_contexts is not None:
+    keep = np.sort(np.argsort(-tot, kind="stable")[:max_contexts])
+    contexts, counts, tot = contexts[keep], counts[keep], tot[keep]
   H = np.asarray(embed(contexts), dtype=np.float64)
   if H.ndim != 2 or H.shape[0] != len(contexts):
     raise ValueError(f"embed must return [m, d] = [{len(contexts)}, d]; got shape {H.shape}")

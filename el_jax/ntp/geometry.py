@@ -68,10 +68,25 @@ class DiffSystem:
   rank: int
 
 
+def diff_matrix(a, b, V, *, as_sparse=False):
+  """C `[R, V]` with row r = e_a[r] - e_b[r], the token part of the rows (e_a - e_b) h_j^T.
+
+  The Gram matrix of such rows is (C C^T) * K[j][:, j] with K = H H^T.
+  `as_sparse`: a CSR matrix instead of a dense array.
+  """
+  R = len(a)
+  if as_sparse:
+    r = np.arange(R)
+    return sparse.csr_matrix((np.r_[np.ones(R), -np.ones(R)], (np.r_[r, r], np.r_[a, b])),
+                             shape=(R, V))
+  C = np.zeros((R, V))
+  C[np.arange(R), a] += 1.0
+  C[np.arange(R), b] -= 1.0
+  return C
+
+
 def _diff_system(H, j, a, b, rhs, V):
-  C = np.zeros((len(j), V))
-  C[np.arange(len(j)), a] += 1.0
-  C[np.arange(len(j)), b] -= 1.0
+  C = diff_matrix(a, b, V)
   G = (C @ C.T) * (H[j] @ H[j].T)
   if len(j) == 0:
     return DiffSystem(j, a, b, rhs, np.zeros((0, 0)), 0)
@@ -166,7 +181,7 @@ class Projector:
   """Orthogonal projector onto F (and its complement) for `[V, d]` matrices.
 
   P_F(W) = A^T (A A^T)^+ A vec(W) with A the log-odds rows; the arrays are
-  kept so `el_jax.ntp.optim` can apply the same map inside `lax.scan`.
+  kept so `el_jax.ntp.dynamics` can apply the same map inside `lax.scan`.
   """
   H: np.ndarray
   sys: DiffSystem
@@ -296,12 +311,8 @@ def _svm_dual(H, S):
   sysf = log_odds_system(H, P1)  # rows of F (rhs unused)
   z0 = np.array([np.flatnonzero(S[j])[np.argmax(P1[j, S[j]])] for j in range(m)])
   jg, vg = np.nonzero(~S)
-  Cf = np.zeros((len(sysf.j), V))
-  Cf[np.arange(len(sysf.j)), sysf.a] += 1
-  Cf[np.arange(len(sysf.j)), sysf.b] -= 1
-  Cg = np.zeros((len(jg), V))
-  Cg[np.arange(len(jg)), z0[jg]] += 1
-  Cg[np.arange(len(jg)), vg] -= 1
+  Cf = diff_matrix(sysf.a, sysf.b, V)
+  Cg = diff_matrix(z0[jg], vg, V)
   K = H @ H.T
   Ggg = (Cg @ Cg.T) * K[jg][:, jg]
   B = (Cf @ Cg.T) * K[sysf.j][:, jg]
@@ -346,9 +357,7 @@ class _DualOperator:
     R = len(self.fj)
     self.R = R
     if R:
-      r = np.arange(R)
-      Cf = sparse.csr_matrix((np.r_[np.ones(R), -np.ones(R)], (np.r_[r, r], np.r_[self.fa, self.fb])),
-                             shape=(R, V))
+      Cf = diff_matrix(self.fa, self.fb, V, as_sparse=True)
       self.CfT = Cf.T.tocsr()
       self.Kf = self.K[self.fj]  # [R, m]
       G = (Cf @ Cf.T).toarray() * self.Kf[:, self.fj]

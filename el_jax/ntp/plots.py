@@ -1,6 +1,6 @@
 """Plots of the paper's Fig. 1 (geometry + four convergence panels) and the optimizer comparison.
 
-Functions take NumPy arrays and histories from `optim.train`, draw on
+Functions take NumPy arrays and histories from `dynamics.train`, draw on
 matplotlib axes and save PNGs at modest dpi (the files are committed).
 """
 import matplotlib

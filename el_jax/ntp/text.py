@@ -11,8 +11,6 @@ import importlib.resources
 import json
 import re
 
-import numpy as np
-
 from el_jax.ntp import data as data_lib
 
 UNK = "<unk>"
@@ -49,14 +47,8 @@ def tokenize(verses, vocab_size):
 
 def instance(seqs, vocab, n, embed, *, max_contexts=40):
   """The `max_contexts` most frequent length-n contexts of tokenised `seqs`, embedded."""
-  contexts, counts = data_lib.count_contexts(seqs, n)
-  counts = np.pad(counts, ((0, 0), (0, len(vocab) - counts.shape[1])))
-  tot = counts.sum(1)
-  keep = np.sort(np.argsort(-tot, kind="stable")[:max_contexts])
-  contexts, counts, tot = contexts[keep], counts[keep], tot[keep]
-  H = np.asarray(embed(contexts), np.float64)
-  return data_lib.from_arrays(H, counts / tot[:, None], tot / tot.sum(),
-                              contexts=contexts, vocab=vocab)
+  return data_lib.from_sequences(seqs, n, embed, vocab_size=len(vocab), vocab=vocab,
+                                 max_contexts=max_contexts)
 
 
 def kjv_instance(n, embed, *, vocab_size=50, max_contexts=40, max_verses=None, path=None):

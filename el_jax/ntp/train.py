@@ -14,8 +14,8 @@ import time
 import numpy as np
 
 from el_jax.ntp import data as data_lib
+from el_jax.ntp import dynamics
 from el_jax.ntp import geometry
-from el_jax.ntp import optim
 from el_jax.ntp import plots
 
 
@@ -70,30 +70,30 @@ def train_and_evaluate(config, workdir):
     # Nothing to track: W* or W_mm does not exist. Still report why.
     print(f"instance not compatible/separable: {info}")
   else:
-    prob = optim.targets(ds, svm)
+    prob = dynamics.targets(ds, svm)
     hists = {}
     with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:
       for name in [s.strip() for s in config.optimizers.split(",") if s.strip()]:
         lr = float(config.lr[name])
         t0 = time.perf_counter()
-        W, h = optim.train(prob, name, lr=lr, steps=config.steps, log_every=config.log_every,
-                           x64=config.x64)
+        W, h = dynamics.train(prob, name, lr=lr, steps=config.steps, log_every=config.log_every,
+                              x64=config.x64)
         dt = time.perf_counter() - t0
         hists[f"{name} lr={lr:g}"] = h
         for i in range(len(h["step"])):
           f.write(json.dumps({"optimizer": name, "lr": lr, "step": int(h["step"][i]),
-                              **{k: float(h[k][i]) for k in optim.METRICS}}) + "\n")
+                              **{k: float(h[k][i]) for k in dynamics.METRICS}}) + "\n")
         summary["runs"][name] = dict(lr=lr, steps=config.steps, time_s=dt,
-                                     **{k: float(h[k][-1]) for k in optim.METRICS})
+                                     **{k: float(h[k][-1]) for k in dynamics.METRICS})
         if name == "gd" and ds.d == 2:
           plots.fig1(ds.H, ds.P, W, h, os.path.join(workdir, "fig1.png"))
     plots.compare(hists, os.path.join(workdir, "convergence.png"),
                   f"m={ds.m}, d={ds.d}, V={ds.V}, H={info['entropy']:.4f}")
     Bs = parse_floats(config.path_bounds)
     if Bs:
-      _, ms = optim.regularization_path(prob, np.asarray(Bs), steps=config.path_steps,
-                                        x64=config.x64)
-      summary["reg_path"] = dict(B=Bs, **{k: ms[k].tolist() for k in optim.METRICS})
+      _, ms = dynamics.regularization_path(prob, np.asarray(Bs), steps=config.path_steps,
+                                           x64=config.x64)
+      summary["reg_path"] = dict(B=Bs, **{k: ms[k].tolist() for k in dynamics.METRICS})
       plots.reg_path(np.asarray(Bs), ms, os.path.join(workdir, "reg_path.png"))
   with open(os.path.join(workdir, "summary.json"), "w") as f:
     json.dump(summary, f, indent=1)

@@ -48,11 +48,8 @@ def targets(data: data_lib.NTPData, svm=None) -> Problem:
     raise ValueError("instance is not NTP-separable: W_mm does not exist "
                      f"(certificate residual {svm.certificate_residual:.2g})")
   sys = geometry.log_odds_system(data.H, data.P)
-  C = np.zeros((len(sys.j), data.V))
-  C[np.arange(len(sys.j)), sys.a] += 1
-  C[np.arange(len(sys.j)), sys.b] -= 1
   return Problem(data.H, data.P, data.pi, geometry.entropy(data.P, data.pi),
-                 W_star, svm.W, sys.j, C, sys.pinv)
+                 W_star, svm.W, sys.j, geometry.diff_matrix(sys.a, sys.b, data.V), sys.pinv)
 
 
 def cross_entropy(W, H, P, pi):

@@ -1,0 +1,195 @@
+"""The task interface of `el_jax.train`, and the pieces every task shares.
+
+A task is one module with a subclass of `Task` and one config file; it is
+registered under `config.task` in `el_jax.tasks.REGISTRY` (or at run time with
+`el_jax.tasks.register`). The generic loop (`el_jax.train`) builds the model,
+the optimizer and the mesh, and asks the task for everything else through the
+members below; it never names a task, a task's config field or a metric group.
+
+Batches (`Task.batch`) are dicts of host arrays with a leading batch axis
+(`Task.rows_per_step(config)` rows, sharded over the `data` mesh axis):
+
+  inputs       int32 [B, T]   model input tokens
+  targets      int32 [B, T]   next-token targets
+  segment_ids  int32 [B, T]   document ids inside a packed row (attention mask)
+  loss_mask    float32 [B, T] 1 where the loss is taken
+  mask_<g>     float32 [B, T] for each group g of `Task.groups`: the loss
+               positions of that group (the groups partition `loss_mask`)
+
+The train step logs `loss_<g>`, `ce_<g>` and `n_<g>` per group; evaluations
+return flat dicts whose keys are `<metric>_<g>` for group-wise metrics (plus
+`_all`), so metrics.jsonl and summary.json read the same for every task.
+"""
+import abc
+from typing import Any, Callable, ClassVar, Mapping
+
+import jax
+import numpy as np
+
+# Splits every task provides, in the order they are evaluated and reported.
+SPLITS = ("train", "valid", "test")
+
+
+class Task(abc.ABC):
+  """One supervised sequence task trained by `el_jax.train.train_and_evaluate`.
+
+  Constructed once per config (`Task(config)`): it generates or loads its
+  fixed datasets then. Class-level members may be read before that, for
+  validation and device planning.
+  """
+
+  # --- class-level declarations ----------------------------------------------
+
+  #: Named metric groups of the loss positions, e.g. ("easy", "hard"); each
+  #: batch carries one `mask_<g>` per group, and they partition `loss_mask`.
+  groups: ClassVar[tuple[str, ...]] = ()
+
+  #: Config fields (dotted) of this task that may change when a workdir is
+  #: resumed or read back, because they do not change what a finished seed
+  #: computed (evaluation batch sizes, say). The loop adds its own
+  #: (`el_jax.train.RESUMABLE_FIELDS`).
+  resumable_fields: ClassVar[frozenset[str]] = frozenset()
+
+  @classmethod
+  @abc.abstractmethod
+  def rows_per_step(cls, config) -> int:
+    """Rows of one training batch (what is sharded over devices), from the config alone."""
+
+  @classmethod
+  def describe_batch(cls, config) -> str:
+    """How the config sets the batch, for error messages (e.g. "train.batch_size=12")."""
+    return f"{cls.rows_per_step(config)} rows per batch"
+
+  @classmethod
+  def validate_config(cls, config) -> None:
+    """Raises ValueError, naming the field and the allowed values, for a bad config.
+
+    Called before any data or model is built; the default checks nothing.
+    """
+
+  # --- data --------------------------------------------------------------------
+
+  config: Any
+
+  @property
+  @abc.abstractmethod
+  def vocab_size(self) -> int:
+    """Token vocabulary of the model."""
+
+  @property
+  @abc.abstractmethod
+  def context_len(self) -> int:
+    """Tokens per row (the model's maximum length)."""
+
+  @property
+  @abc.abstractmethod
+  def num_train(self) -> int:
+    """Training examples (rows of the training set); fixes `steps_per_epoch`."""
+
+  @property
+  @abc.abstractmethod
+  def examples_per_step(self) -> int:
+    """Training examples consumed by one step (an epoch is num_train // this)."""
+
+  @abc.abstractmethod
+  def splits(self) -> Mapping[str, Any]:
+    """{split: dataset} for every split in `SPLITS` (train, valid, test), disjoint
+    draws fixed by the data seed. Datasets are the task's own types."""
+
+  def eval_sets(self) -> tuple[tuple[str, Any], ...]:
+    """(split, dataset) pairs evaluated at every evaluation (default: all splits)."""
+    s = self.splits()
+    return tuple((name, s[name]) for name in SPLITS)
+
+  @abc.abstractmethod
+  def batch(self, seed: int, step: int) -> dict:
+    """The training batch of `step` for model seed `seed` (see the module docstring).
+
+    Must be a deterministic function of (data seed, model seed, step), so that
+    a resumed run sees the batches an uninterrupted one would.
+    """
+
+  @property
+  def scored_positions(self) -> np.ndarray | None:
+    """Static positions outside which every loss / group mask is zero (None = all).
+
+    The train step computes logits and losses only there.
+    """
+    return None
+
+  # --- evaluation ----------------------------------------------------------------
+
+  @abc.abstractmethod
+  def decode_fn(self, graphdef) -> Callable:
+    """f(params, *device_arrays) -> predictions; the loop jits it (`Evaluator.decode`)."""
+
+  @abc.abstractmethod
+  def evaluate(self, evaluator, params, dataset) -> dict:
+    """Metrics of `params` on `dataset` as a flat {name: float} dict.
+
+    `evaluator` gives the jitted `decode` and `map_padded` (batched calls over
+    the mesh). Group-wise metrics are named `<metric>_<group>`.
+    """
+
+  # --- reporting -------------------------------------------------------------------
+
+  def summary_fields(self) -> dict:
+    """Task-specific entries of summary.json (default none)."""
+    return {}
+
+  def write_plots(self, rows, workdir) -> None:
+    """Figures from the metrics rows of a finished run (default none)."""
+
+
+# ----------------------------------------------------------------------------
+# Shared pieces
+
+
+def order_seed(data_seed, seed):
+  """The seed of the training-example order of (data seed, model seed): one stream per pair."""
+  return 100_003 * data_seed + seed
+
+
+def epoch_order(num_examples, seed, epoch):
+  """A permutation of the examples for `epoch`, deterministic in (seed, epoch)."""
+  return np.random.default_rng([seed, 2, epoch]).permutation(num_examples)
+
+
+def step_indices(num_examples, per_step, data_seed, seed, step):
+  """Indices of the training examples of `step` (each epoch a fresh permutation)."""
+  steps_per_epoch = num_examples // per_step
+  epoch, i = divmod(step, steps_per_epoch)
+  order = epoch_order(num_examples, order_seed(data_seed, seed), epoch)
+  return order[i * per_step:(i + 1) * per_step]
+
+
+def map_padded(fn, arrays, per_call, multiple, sharding=None):
+  """Applies `fn` to consecutive chunks of `arrays` (same leading size N) and
+  concatenates its outputs, trimmed to N rows.
+
+  Each call gets exactly `per_call` rows (rounded up to a multiple of
+  `multiple`, e.g. whole contexts per device); the last chunk is padded with
+  copies of its first row, whose outputs are dropped. `fn(*chunk)` returns an
+  array or a tuple of arrays with a leading per-row axis. With `sharding`,
+  the chunk is put on the devices first.
+  """
+  n = arrays[0].shape[0]
+  per_call = -(-max(per_call, 1) // multiple) * multiple
+  outs = []
+  for lo in range(0, n, per_call):
+    chunk = [a[lo:lo + per_call] for a in arrays]
+    m = chunk[0].shape[0]
+    if m < per_call:
+      chunk = [np.concatenate([c, np.repeat(c[:1], per_call - m, axis=0)]) for c in chunk]
+    if sharding is not None:
+      chunk = jax.device_put(chunk, sharding)
+    out = fn(*chunk)
+    single = not isinstance(out, tuple)
+    outs.append(tuple(np.asarray(o)[:m] for o in ((out,) if single else out)))
+  cat = tuple(np.concatenate([o[i] for o in outs]) for i in range(len(outs[0])))
+  return cat[0] if single else cat
+
+
+def group_masks(loss_mask, group_of_position):
+  """{f"mask_{g}": loss_mask * (group == g)} from a {group: float mask} dict."""
+  return {f"mask_{g}": loss_mask * m for g, m in group_of_position.items()}

@@ -1,0 +1,147 @@
+"""el_jax.runner: configs by name, overrides, run-or-reuse, result rows, statistics over seeds."""
+import itertools
+import json
+
+import numpy as np
+import pytest
+import scipy.stats
+
+from el_jax import runner
+from el_jax import train
+
+
+def test_get_config_by_name_and_path_with_overrides():
+  a = runner.get_config("copy_task", "test", {"loss.name": "e1", "seeds": (3, 4)})
+  b = runner.get_config(runner.config_path("copy_task"), "test")
+  assert a.loss.name == "e1" and tuple(a.seeds) == (3, 4) and b.loss.name == "ce"
+  with pytest.raises(ValueError, match=r"unknown config key 'loss.bogus'"):
+    runner.get_config("copy_task", "test", {"loss.bogus": 1})
+  with pytest.raises(ValueError, match=r"config 'nope' not found .*'copy_task'.*'path_star'"):
+    runner.get_config("nope", "test")
+
+
+def test_configs_folder_from_the_environment(tmp_path, monkeypatch):
+  (tmp_path / "mine.py").write_text(
+      "import ml_collections\n"
+      "def get_config(arg=None):\n"
+      "  return ml_collections.ConfigDict({'task': 'x', 'v': arg})\n")
+  monkeypatch.setenv("EL_JAX_CONFIGS", str(tmp_path))
+  assert runner.get_config("mine", "q").v == "q"
+
+
+def test_parse_sets():
+  assert runner.parse_sets(["a.b=3", "c=x", "d=(1, 2)"]) == {"a.b": 3, "c": "x", "d": (1, 2)}
+  with pytest.raises(SystemExit, match="not key=value"):
+    runner.parse_sets(["a.b"])
+
+
+def _exact_p(a, b):
+  """Independent two-sided exact permutation p-value (plain loops over all splits)."""
+  pooled = list(a) + list(b)
+  obs = abs(np.mean(a) - np.mean(b))
+  n, hits, total = len(a), 0, 0
+  for idx in itertools.combinations(range(len(pooled)), n):
+    ga = [pooled[i] for i in idx]
+    gb = [pooled[i] for i in range(len(pooled)) if i not in idx]
+    total += 1
+    hits += abs(np.mean(ga) - np.mean(gb)) >= obs - 1e-12
+  return hits / total
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_permutation_test_exact_against_enumeration_and_scipy(seed):
+  rng = np.random.default_rng(seed)
+  a, b = rng.normal(0.3 * seed, 1, 5), rng.normal(0, 1, 6)
+  p = runner.permutation_test(a, b)
+  assert p == pytest.approx(_exact_p(a, b), abs=1e-12)
+  # Two-sided as |mean difference| >= the observed one (scipy's "two-sided" doubles a
+  # one-sided p-value instead, which differs for unequal group sizes).
+  ref = scipy.stats.permutation_test(
+      (a, b), lambda x, y: np.abs(np.mean(x) - np.mean(y)), permutation_type="independent",
+      alternative="greater", n_resamples=np.inf).pvalue
+  assert p == pytest.approx(ref, abs=1e-9)
+
+
+def test_permutation_test_extremes_and_sampled_branch():
+  # 10 vs 10 fully separated seeds: the two most extreme of C(20, 10) splits.
+  a, b = np.arange(10) + 100.0, np.arange(10.0)
+  assert runner.permutation_test(a, b) == pytest.approx(2 / 184756)
+  assert runner.permutation_test(b, b.copy()) == 1.0
+  # The sampled branch agrees with the exact one within its Monte Carlo error.
+  rng = np.random.default_rng(7)
+  x, y = rng.normal(0.8, 1, 8), rng.normal(0, 1, 8)
+  exact = runner.permutation_test(x, y)
+  mc = runner.permutation_test(x, y, max_exact=10, num_samples=40_000)
+  assert abs(mc - exact) < 5 * np.sqrt(exact * (1 - exact) / 40_000) + 1e-4
+  with pytest.raises(ValueError, match="needs values in both groups"):
+    runner.permutation_test([], [1.0])
+
+
+def test_permutation_test_is_calibrated_under_the_null():
+  """Under equal distributions P(p <= 0.1) is at most 0.1 (up to sampling error)."""
+  rng = np.random.default_rng(0)
+  ps = np.array([runner.permutation_test(rng.normal(size=5), rng.normal(size=5))
+                 for _ in range(400)])
+  rate = np.mean(ps <= 0.1)
+  assert rate <= 0.1 + 3 * np.sqrt(0.1 * 0.9 / 400)
+
+
+def test_bootstrap_interval_covers_the_true_difference():
+  """Over fixed seeds the 95% interval covers the true mean difference (1.0) about 95% of the
+  time; with 5 seeds per group the percentile bootstrap undercovers somewhat, so >= 80%."""
+  rng = np.random.default_rng(1)
+  hits = 0
+  for _ in range(200):
+    lo, hi = runner.bootstrap_ci(rng.normal(1, 1, 10), rng.normal(0, 1, 10), num_samples=2000)
+    hits += lo <= 1.0 <= hi
+  assert hits / 200 >= 0.85
+
+
+def test_aggregate_and_compare_against_numpy():
+  per_seed = [{"seed": s, "step": 9, "x": float(v), "n": 3, "maybe": m}
+              for s, (v, m) in enumerate([(0.1, 1.0), (0.5, None), (0.3, 2.0)])]
+  agg = runner.aggregate(per_seed)
+  assert set(agg) == {"x", "maybe"}  # floats only
+  v = np.array([0.1, 0.5, 0.3])
+  assert agg["x"] == pytest.approx({"mean": v.mean(), "min": 0.1, "max": 0.5,
+                                    "std": v.std(ddof=1), "n": 3})
+  assert agg["maybe"]["n"] == 2 and agg["maybe"]["mean"] == 1.5
+  c = runner.compare([1.0, 2.0, 3.0], [0.0, 0.5])
+  assert c["diff"] == pytest.approx(2.0 - 0.25) and c["n_a"] == 3 and c["n_b"] == 2
+  assert c["ci95"][0] <= c["diff"] <= c["ci95"][1]
+  assert c["p_value"] == pytest.approx(_exact_p([1.0, 2.0, 3.0], [0.0, 0.5]))
+
+
+def test_results_file_reuses_a_row_only_for_the_same_config(tmp_path):
+  cfg = runner.get_config("copy_task", "test")
+  rf = runner.ResultsFile(str(tmp_path / "r.json"))
+  rf.put({"label": "a", "config": runner.config_dict(cfg), "value": 1})
+  again = runner.ResultsFile(str(tmp_path / "r.json"))
+  assert again.get("a", cfg)["value"] == 1
+  assert again.get("a", runner.get_config("copy_task", "test", {"seeds": (0, 1)})) is None
+  assert again.get("b", cfg) is None
+  again.put({"label": "a", "config": {}, "value": 2})  # replaces the row of that label
+  assert [r["value"] for r in json.load(open(tmp_path / "r.json"))] == [2]
+
+
+def test_run_or_reuse_trains_once(tmp_path, monkeypatch):
+  cfg = runner.get_config("copy_task", "test")
+  cfg.progress = False
+  first = runner.run_or_reuse(cfg, str(tmp_path))
+
+  def forbidden(*a, **k):
+    raise AssertionError("a finished run with the same config was retrained")
+
+  monkeypatch.setattr(train, "train_and_evaluate", forbidden)
+  assert runner.run_or_reuse(cfg, str(tmp_path), verbose=False) == first
+  other = runner.get_config("copy_task", "test", {"seeds": (0, 1)})
+  with pytest.raises(AssertionError, match="retrained"):  # other seeds: not reused
+    runner.run_or_reuse(other, str(tmp_path), verbose=False)
+  # Another evaluation cadence trains the same thing: read back, also from another folder.
+  cadence = runner.get_config("copy_task", "test", {"train.eval_every": 0, "train.log_every": 1})
+  assert runner.run_or_reuse(cadence, str(tmp_path / "new"), verbose=False,
+                             reuse_from=runner.run_dirs(str(tmp_path))) == first
+  lr = runner.get_config("copy_task", "test", {"optim.lr": 1e-2})
+  with pytest.raises(AssertionError, match="retrained"):  # another optimizer: not reused
+    runner.run_or_reuse(lr, str(tmp_path / "new"), verbose=False,
+                        reuse_from=runner.run_dirs(str(tmp_path)))

@@ -138,7 +138,7 @@ def format_comparisons(comps):
   for name, c in comps.items():
     lines.append(f"{name:18s} {c['metric']}: {c['mean_a']:.3f} vs {c['mean_b']:.3f}, difference "
                  f"{c['diff']:+.3f} (bootstrap 95% [{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}]), "
-                 f"permutation p = {c['p_value']:.4f} ({c['n_a']} vs {c['n_b']} seeds)")
+                 f"permutation p = {c['p_value']:.2g} ({c['n_a']} vs {c['n_b']} seeds)")
   return "\n".join(lines)
 
 

@@ -148,12 +148,12 @@ def read_metrics(workdir):
   return train.MetricsWriter(os.path.join(workdir, "metrics.jsonl")).rows()
 
 
-def same_training(a, b, config):
-  """Whether flattened configs `a` and `b` train the same thing: equal up to the fields
-  that do not change what a finished seed computed (`el_jax.train.resumable_fields`),
-  except the seeds, which must be the same."""
+def same_training(a, b):
+  """Whether flattened configs `a` and `b` train and evaluate the same thing: equal up to
+  the loop's logging / cadence / device fields (`el_jax.train.RESUMABLE_FIELDS`), except
+  the seeds, which must be the same."""
   from el_jax import train
-  free = train.resumable_fields(config) - {"seeds"}
+  free = train.RESUMABLE_FIELDS - {"seeds"}
   keys = (set(a) | set(b)) - free
   return all(a.get(k, "<absent>") == b.get(k, "<absent>") for k in keys)
 
@@ -171,7 +171,7 @@ def finished_summary(config, workdir):
       summary = json.load(f)
   except (OSError, json.JSONDecodeError):
     return None
-  if not same_training(flatten(old), flatten(config_dict(config)), config):
+  if not same_training(flatten(old), flatten(config_dict(config))):
     return None
   return summary
 

@@ -348,11 +348,10 @@ RESUMABLE_FIELDS = frozenset({
 
 
 def resumable_fields(config):
-  fields = RESUMABLE_FIELDS
-  target = tasks.REGISTRY.get(config.get("task"))
-  if target is not None and tasks.is_task_class(tasks.get(config.task)):
-    fields = fields | tasks.get(config.task).resumable_fields
-  return fields
+  """`RESUMABLE_FIELDS` plus those of the config's task."""
+  name = config.get("task")
+  target = tasks.get(name) if name in tasks.REGISTRY else None
+  return RESUMABLE_FIELDS | (target.resumable_fields if tasks.is_task_class(target) else frozenset())
 
 
 def check_workdir_config(config, workdir):

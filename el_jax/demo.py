@@ -97,6 +97,7 @@ def run(variant="cpu", workdir="results/demo", seeds=None, labels=None, reuse_fr
           flush=True)
     summaries[label] = runner.run_or_reuse(cfg, wd, reuse_from=reuse_from)
     rows[label] = runner.read_metrics(wd) or runner.read_metrics(_source(cfg, wd, reuse_from))
+  os.makedirs(workdir, exist_ok=True)  # every run may have been read back from elsewhere
   table = format_table(summaries)
   comps = comparisons(summaries)
   table += "\n" + format_comparisons(comps)

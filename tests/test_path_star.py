@@ -442,7 +442,8 @@ def test_train_end_to_end_on_test_config(tmp_path, variant):
   summ = main.main(args)
   keys = set(summ["aggregate"])
   for split in ("train", "valid", "test"):
-    for k in ("em_all", "em_decision", "em_rest", "tok", "tf_em", "greedy_pos0", "greedy_pos2", "tf_pos1", "decision_legal",
+    for k in ("em_all", "em_decision", "em_rest", "tok", "tf_em", "greedy_pos0", "greedy_pos2",
+              "tf_pos1", "decision_legal",
               "walk_legal"):
       assert f"{split}_{k}" in keys
   assert summ["graph"]["variant"] == variant

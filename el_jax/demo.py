@@ -69,12 +69,6 @@ def comparisons(summaries, metric=COMPARE_METRIC):
           for label, s in summaries.items() if label != "ce"}
 
 
-def _source(cfg, wd, dirs):
-  """The folder a reused run was read from."""
-  from el_jax import runner
-  return next((d for d in (wd, *dirs) if runner.finished_summary(cfg, d) is not None), wd)
-
-
 def run(variant="cpu", workdir="results/demo", seeds=None, labels=None, reuse_from=()):
   """Trains the demo runs; writes summary.json and figures; returns the summary dict.
 
@@ -96,7 +90,8 @@ def run(variant="cpu", workdir="results/demo", seeds=None, labels=None, reuse_fr
     print(f"== {label}: {runs[label]}, seeds {tuple(cfg.seeds)} -> {wd}", file=sys.stderr,
           flush=True)
     summaries[label] = runner.run_or_reuse(cfg, wd, reuse_from=reuse_from)
-    rows[label] = runner.read_metrics(wd) or runner.read_metrics(_source(cfg, wd, reuse_from))
+    source, _ = runner.find_finished(cfg, (wd, *reuse_from))  # where its metrics are
+    rows[label] = runner.read_metrics(source)
   os.makedirs(workdir, exist_ok=True)  # every run may have been read back from elsewhere
   table = format_table(summaries)
   comps = comparisons(summaries)

@@ -176,16 +176,24 @@ def finished_summary(config, workdir):
   return summary
 
 
+def find_finished(config, dirs):
+  """(folder, summary) of the first of `dirs` that finished `config` (`finished_summary`), or None."""
+  for d in dirs:
+    summary = finished_summary(config, d)
+    if summary is not None:
+      return d, summary
+  return None
+
+
 def run_or_reuse(config, workdir, verbose=True, reuse_from=()):
   """The summary of `config` trained in `workdir`: read back if `workdir`, or one of the
   folders in `reuse_from`, finished the same training; else trained in `workdir`."""
   from el_jax import train
-  for d in (workdir, *reuse_from):
-    summary = finished_summary(config, d)
-    if summary is not None:
-      if verbose:
-        print(f"reusing finished run {d}", file=sys.stderr, flush=True)
-      return summary
+  found = find_finished(config, (workdir, *reuse_from))
+  if found is not None:
+    if verbose:
+      print(f"reusing finished run {found[0]}", file=sys.stderr, flush=True)
+    return found[1]
   return train.train_and_evaluate(config, workdir)
 
 

@@ -98,7 +98,7 @@ def run(variant="cpu", workdir="results/demo", seeds=None, labels=None, reuse_fr
   table += "\n" + format_comparisons(comps)
   out = {
       "variant": variant,
-      "config": json.loads(cfg.to_json_best_effort()),
+      "config": runner.config_dict(cfg),
       "runs": {k: runs[k] for k in labels},
       "seeds": list(cfg.seeds),
       "wall_seconds": round(time.time() - t0, 1),

@@ -148,14 +148,19 @@ def read_metrics(workdir):
   return train.MetricsWriter(os.path.join(workdir, "metrics.jsonl")).rows()
 
 
+def config_diff(a, b, ignore=frozenset()):
+  """Sorted dotted keys whose values differ between flattened configs `a` and `b`
+  (a key missing on one side counts as "<absent>"), leaving out those in `ignore`."""
+  return sorted(k for k in set(a) | set(b)
+                if k not in ignore and a.get(k, "<absent>") != b.get(k, "<absent>"))
+
+
 def same_training(a, b):
   """Whether flattened configs `a` and `b` train and evaluate the same thing: equal up to
   the loop's logging / cadence / device fields (`el_jax.train.RESUMABLE_FIELDS`), except
   the seeds, which must be the same."""
   from el_jax import train
-  free = train.RESUMABLE_FIELDS - {"seeds"}
-  keys = (set(a) | set(b)) - free
-  return all(a.get(k, "<absent>") == b.get(k, "<absent>") for k in keys)
+  return not config_diff(a, b, train.RESUMABLE_FIELDS - {"seeds"})
 
 
 def finished_summary(config, workdir):

@@ -370,9 +370,7 @@ def check_workdir_config(config, workdir):
     raise ValueError(f"{path} is unreadable ({e}); it records the config this workdir was "
                      f"trained with. Use another --workdir or move this one away.") from None
   new = runner.flatten(runner.config_dict(config))
-  free = resumable_fields(config)
-  diff = sorted(k for k in set(old) | set(new)
-                if k not in free and old.get(k, "<absent>") != new.get(k, "<absent>"))
+  diff = runner.config_diff(old, new, resumable_fields(config))
   if diff:
     shown = ", ".join(f"{k}: {old.get(k, '<absent>')!r} -> {new.get(k, '<absent>')!r}"
                       for k in diff[:6])

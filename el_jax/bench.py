@@ -119,9 +119,10 @@ def overhead(times, name, base="ce"):
   return float(np.median(ratios)), float(ratios.min()), float(ratios.max())
 
 
+@cli.guard
 def main(argv=None):
   config, _, fv = cli.parse(sys.argv if argv is None else argv, extra_flags=_extra,
-                            require_workdir=False)
+                            require_workdir=False, doc=__doc__)
   cli.log_devices()
   names = ["ce", "e1", "e2", "e3"] if fv.compare_losses else [config.loss.name]
   if config.loss.name not in names:

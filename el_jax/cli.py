@@ -1,11 +1,21 @@
-"""Flag parsing shared by `el_jax.main`, `el_jax.bench` and the experiment scripts.
+"""The command-line surface shared by every entry point: flags, `--help`, one-line errors.
 
-Uses ml_collections' config flags (`--config=path.py:variant` plus
-`--config.a.b=value` overrides) on a private FlagValues, and turns every
-parsing failure into one `SystemExit` line naming the bad flag and what is
-allowed, instead of a traceback.
+* `parse(argv)`: ml_collections' config flags (`--config=path.py:variant` plus
+  `--config.a.b=value` overrides) on a private FlagValues; every parsing
+  failure is one line naming the bad flag and what is allowed (`UsageError`,
+  exit status 2). `--help` prints the entry point's usage and its flags.
+* `guard(main)`: wraps an entry point's `main(argv)`. Expected errors (bad
+  config or data, bad or damaged files, a refused workdir, OS errors on the
+  workdir, a diverged run) are printed as one line `error: ...` on stderr with
+  exit status 2 (1 for a diverged run) and no traceback. `--verbose` (or
+  `EL_JAX_VERBOSE=1`) shows the traceback instead. An exception raised from
+  inside a library (JAX, NumPy, orbax, ...) rather than by el_jax's own
+  checks is a bug, not an expected error: its traceback is always shown.
 """
+import functools
+import os
 import sys
+import traceback
 
 from absl import flags
 from ml_collections import config_flags
@@ -27,30 +37,75 @@ def _config_keys(cfg):
   return list(runner.flatten(cfg.to_dict()))
 
 
-def parse(argv, *, extra_flags=None, require_workdir=True):
+HELP_FLAGS = ("--help", "-h", "--helpfull", "-help")
+VERBOSE_ENV = "EL_JAX_VERBOSE"
+
+
+def parse(argv, *, extra_flags=None, require_workdir=True, doc=None, return_flags=False):
   """Parses argv -> (config, workdir). `extra_flags(fv)` may define more flags.
 
-  Returns (config, workdir, fv) when extra_flags is given. A mistake is
+  Returns (config, workdir, fv) when extra_flags is given or `return_flags`. A mistake is
   printed to stderr as one line and raised as `UsageError` (exit status 2).
+  `--help` prints `doc` (the entry point's docstring) and the flags, then
+  exits with status 0.
   """
   try:
-    return _parse(argv, extra_flags=extra_flags, require_workdir=require_workdir)
+    config, workdir, fv = _parse(argv, extra_flags=extra_flags,
+                                 require_workdir=require_workdir, doc=doc)
   except UsageError as e:
     # SystemExit(2) prints nothing by itself: the message must be printed here.
     print(e.msg, file=sys.stderr)
+    e.printed = True
     raise
+  if extra_flags is not None or return_flags:
+    return config, workdir, fv
+  return config, workdir
 
 
-def _parse(argv, *, extra_flags, require_workdir):
-  argv = list(argv)
+def _define(argv, extra_flags):
   fv = flags.FlagValues()
-  config_flags.DEFINE_config_file("config", None, "experiment config: path.py[:variant]",
+  config_flags.DEFINE_config_file("config", None, "experiment config: path.py[:variant]; "
+                                  "override fields with --config.<key>=<value>",
                                   flag_values=fv, sys_argv=argv)
   flags.DEFINE_string("workdir", None, "directory for metrics, checkpoints and plots", flag_values=fv)
+  flags.DEFINE_list("allow_config_change", [], "config fields (optim.*, loss.*, "
+                    "train.num_steps) that may differ from the config a workdir was trained "
+                    "with: training continues from its checkpoints with the new values, "
+                    "recorded in config.json", flag_values=fv)
+  flags.DEFINE_boolean("verbose", False, f"show tracebacks of errors (or set {VERBOSE_ENV}=1)",
+                       flag_values=fv)
   if extra_flags is not None:
     extra_flags(fv)
+  return fv
+
+
+def print_help(argv, extra_flags=None, doc=None, file=None):
+  """Usage text: the entry point's docstring and its flags."""
+  file = file or sys.stdout
+  fv = _define([argv[0]], extra_flags)
+  if doc:
+    print(doc.strip() + "\n", file=file)
+  print(f"usage: {os.path.basename(argv[0])} --config=<path.py>[:<variant>] "
+        f"[--config.<key>=<value> ...] [flags]\n\nflags:", file=file)
+  for name in sorted(fv):
+    flag = fv[name]
+    default = "" if flag.default in (None, "", []) else f" (default: {flag.default_as_str})"
+    print(f"  --{name}: {flag.help}{default}", file=file)
+  print(f"\nErrors are one line on stderr (exit status 2; 1 for a diverged run); "
+        f"--verbose or {VERBOSE_ENV}=1 shows the traceback.", file=file)
+
+
+def _parse(argv, *, extra_flags, require_workdir, doc):
+  argv = list(argv)
+  if any(a in HELP_FLAGS for a in argv[1:]):
+    print_help(argv, extra_flags, doc)
+    raise SystemExit(0)
+  fv = _define(argv, extra_flags)
   try:
-    fv(argv)
+    rest = fv(argv)
+    if len(rest) > 1:
+      raise UsageError(f"error: unexpected argument {rest[1]!r}; every option is a flag "
+                       f"--name=value (see --help)")
     config = fv.config
     if config is not None:
       list(config.keys())  # a config that failed to load raises here
@@ -68,9 +123,7 @@ def _parse(argv, *, extra_flags, require_workdir):
     raise UsageError("--config is required, e.g. --config=configs/copy_task.py:cpu")
   if require_workdir and not fv.workdir:
     raise UsageError("--workdir is required (metrics, checkpoints and plots go there)")
-  if extra_flags is not None:
-    return config, fv.workdir, fv
-  return config, fv.workdir
+  return config, fv.workdir, fv
 
 
 def _last_line(msg):
@@ -118,3 +171,119 @@ def log_devices():
   devs = jax.devices()
   print(f"JAX {jax.__version__}: {len(devs)} {devs[0].platform} device(s), "
         f"{jax.process_count()} process(es)", file=sys.stderr)
+
+
+# ----------------------------------------------------------------------------
+# One error surface
+
+
+def _raised_by(exc, prefixes):
+  """True if the innermost frame of `exc`'s traceback is in a file under one of `prefixes`."""
+  tb = exc.__traceback__
+  if tb is None:
+    return False
+  while tb.tb_next is not None:
+    tb = tb.tb_next
+  return os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(prefixes)
+
+
+def _own_dirs():
+  from el_jax import runner
+  pkg = runner.PACKAGE_DIR + os.sep
+  return (pkg, os.path.abspath(runner.configs_dir()) + os.sep,
+          os.path.join(os.path.dirname(runner.PACKAGE_DIR), "experiments") + os.sep)
+
+
+def is_expected(exc):
+  """Whether `exc` is an expected error (printed as one line) rather than a bug.
+
+  Expected: OS errors (files, permissions, disk), a diverged run
+  (FloatingPointError), and ValueError / RuntimeError / ImportError raised by
+  el_jax's own checks (el_jax/, configs/, experiments/). The same types raised
+  from inside JAX, NumPy or orbax, and every other type (TypeError, KeyError,
+  ...), are bugs: traceback.
+  """
+  if isinstance(exc, (OSError, FloatingPointError)):
+    return True
+  if isinstance(exc, (ValueError, RuntimeError, ImportError)):
+    return _raised_by(exc, _own_dirs())
+  return False
+
+
+def one_line(exc):
+  """The one-line message of an expected error."""
+  if isinstance(exc, OSError) and exc.strerror:
+    where = " -> ".join(str(f) for f in (exc.filename, exc.filename2) if f)
+    msg = f"{exc.strerror}: {where}" if where else exc.strerror
+  else:
+    msg = str(exc) or type(exc).__name__
+  return " ".join(msg.split())
+
+
+def guard(main):
+  """Decorates an entry point `main(argv=None)` with the one error surface (module docstring).
+
+  `--verbose` is removed from argv before `main` sees it (and shows tracebacks).
+  """
+
+  @functools.wraps(main)
+  def wrapped(argv=None):
+    argv = list(sys.argv if argv is None else argv)
+    verbose = os.environ.get(VERBOSE_ENV, "") not in ("", "0")
+    for flag in ("--verbose", "--verbose=true", "--verbose=True", "--verbose=1"):
+      while flag in argv[1:]:
+        argv.remove(flag)
+        verbose = True
+    try:
+      return main(argv)
+    except UsageError as e:
+      if not getattr(e, "printed", False):
+        print(e.msg, file=sys.stderr)
+      raise SystemExit(2) from None
+    except SystemExit as e:
+      if isinstance(e.code, str):  # SystemExit("message"): one line, usage status
+        print(e.code if e.code.startswith("error") else f"error: {e.code}", file=sys.stderr)
+        raise SystemExit(2) from None
+      raise
+    except KeyboardInterrupt:
+      print("interrupted; run the same command again to resume from the last checkpoint",
+            file=sys.stderr)
+      raise SystemExit(130) from None
+    except Exception as e:  # noqa: BLE001 -- sorted into expected errors and bugs below
+      if verbose or not is_expected(e):
+        raise
+      print(f"error: {one_line(e)}", file=sys.stderr)
+      sys.stderr.flush()
+      raise SystemExit(1 if isinstance(e, FloatingPointError) else 2) from None
+
+  return wrapped
+
+
+def script(main):
+  """Runs an argparse entry point `main(argv)` (argv without the program name, as
+  `ArgumentParser.parse_args` takes it) under `guard`: the experiment scripts'
+  `if __name__ == "__main__": cli.script(main)`."""
+  return guard(lambda argv: main(argv[1:]))(sys.argv)
+
+
+def parse_plain_flags(fv, argv, doc=None):
+  """Parses absl flags `fv` (no config) with the same surface as `parse`: `--help`
+  prints `doc` and the flags; a bad flag or a stray argument is one line, exit status 2."""
+  argv = list(argv)
+  if any(a in HELP_FLAGS for a in argv[1:]):
+    if doc:
+      print(doc.strip() + "\n")
+    print("flags:")
+    for name in sorted(fv):
+      flag = fv[name]
+      default = "" if flag.default in (None, "", []) else f" (default: {flag.default_as_str})"
+      print(f"  --{name}: {flag.help}{default}")
+    raise SystemExit(0)
+  try:
+    rest = fv(argv)
+  except flags.Error as e:
+    raise UsageError(f"error: {str(e).strip().splitlines()[0]}") from None
+  if len(rest) > 1:
+    raise UsageError(f"error: unexpected argument {rest[1]!r}; every option is a flag "
+                     f"--name=value (see --help)")
+  return fv

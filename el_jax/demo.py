@@ -12,12 +12,14 @@ loss x split x group x (EM, CL) as mean (min, max) over seeds, and each run
 against CE on hard test strings with a permutation-test p-value.
 Runs resume from their checkpoints if interrupted; finished runs are reused.
 """
-import json
 import os
 import sys
 import time
 
 from absl import flags
+
+from el_jax import cli
+from el_jax import workdir as wd
 
 # Headline comparisons (treatment, baseline) on this metric, with a permutation-test p-value.
 COMPARE_METRIC = "test_em_hard"
@@ -86,11 +88,11 @@ def run(variant="cpu", workdir="results/demo", seeds=None, labels=None, reuse_fr
   cfg = None
   for label in labels:
     cfg = make_config(variant, runs[label], seeds)
-    wd = os.path.join(workdir, label)
-    print(f"== {label}: {runs[label]}, seeds {tuple(cfg.seeds)} -> {wd}", file=sys.stderr,
+    run_dir = os.path.join(workdir, label)
+    print(f"== {label}: {runs[label]}, seeds {tuple(cfg.seeds)} -> {run_dir}", file=sys.stderr,
           flush=True)
-    summaries[label] = runner.run_or_reuse(cfg, wd, reuse_from=reuse_from)
-    source, _ = runner.find_finished(cfg, (wd, *reuse_from))  # where its metrics are
+    summaries[label] = runner.run_or_reuse(cfg, run_dir, reuse_from=reuse_from)
+    source, _ = runner.find_finished(cfg, (run_dir, *reuse_from))  # where its metrics are
     rows[label] = runner.read_metrics(source)
   os.makedirs(workdir, exist_ok=True)  # every run may have been read back from elsewhere
   table = format_table(summaries)
@@ -107,8 +109,7 @@ def run(variant="cpu", workdir="results/demo", seeds=None, labels=None, reuse_fr
       "comparisons": comps,
       "table": table,
   }
-  with open(os.path.join(workdir, "summary.json"), "w") as f:
-    json.dump(out, f, indent=1)
+  wd.write_json(os.path.join(workdir, "summary.json"), out)
   plots.plot_summary(summaries, os.path.join(workdir, "summary.png"))
   plots.plot_loss_groups(rows, os.path.join(workdir, "loss_easy_hard.png"))
   return out
@@ -138,21 +139,21 @@ def format_comparisons(comps):
   return "\n".join(lines)
 
 
+@cli.guard
 def main(argv=None):
   fv = flags.FlagValues()
   _define(fv)
-  try:
-    fv(sys.argv if argv is None else argv)
-  except flags.Error as e:
-    raise SystemExit(f"error: {e}") from None
-  from el_jax import cli
+  cli.parse_plain_flags(fv, sys.argv if argv is None else argv, doc=__doc__)
+  seeds = None
+  if fv.seeds:
+    try:
+      seeds = [int(s) for s in fv.seeds]
+    except ValueError:
+      raise cli.UsageError(f"error: --seeds={','.join(fv.seeds)} must be integers, "
+                           f"e.g. --seeds=2,3,4") from None
   cli.log_devices()
-  try:
-    from el_jax import runner
-    out = run(fv.variant, fv.workdir, fv.seeds and [int(s) for s in fv.seeds], fv.runs,
-              runner.run_dirs(*fv.reuse_from))
-  except ValueError as e:
-    raise SystemExit(f"error: {e}") from None
+  from el_jax import runner
+  out = run(fv.variant, fv.workdir, seeds, fv.runs, runner.run_dirs(*fv.reuse_from))
   print(out["table"])
   print(f"wrote {fv.workdir}/summary.json, summary.png, loss_easy_hard.png "
         f"({out['wall_seconds']:.0f} s)")

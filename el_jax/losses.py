@@ -170,6 +170,15 @@ def get_loss_from_config(loss_cfg: Mapping[str, Any]) -> LossFn:
   return get_loss(name, **hparams)
 
 
+def validate_config(loss_cfg: Mapping[str, Any]) -> None:
+  """Checks config.loss (name and the hyperparameters of that loss): ValueError if wrong."""
+  try:
+    get_loss_from_config(loss_cfg)
+  except ValueError as e:
+    msg = str(e)
+    raise ValueError(msg if msg.startswith("unknown") else f"loss.{msg}") from None
+
+
 def reduce_loss(per_token, mask):
   """Masked mean sum(l * mask) / max(sum(mask), 1), float32 scalar."""
   l = jnp.asarray(per_token, jnp.float32)

@@ -32,10 +32,34 @@ def make_schedule(cfg, num_steps):
   return optax.join_schedules([ramp, after], [warmup])
 
 
-def make_optimizer(cfg, num_steps):
-  """Returns (optax transformation, schedule) for `cfg` (config.optim)."""
+def validate_config(cfg):
+  """Checks every field of config.optim (ValueError naming the field and what is allowed)."""
   if cfg.name not in OPTIMIZERS:
     raise ValueError(f"optim.name={cfg.name!r}; allowed: {OPTIMIZERS}")
+  lr = float(cfg.lr)
+  if not 0 < lr < float("inf"):  # also rejects NaN
+    raise ValueError(f"optim.lr={lr} must be a finite number > 0")
+  if int(cfg.warmup_steps) != cfg.warmup_steps or cfg.warmup_steps < 0:
+    raise ValueError(f"optim.warmup_steps={cfg.warmup_steps!r} must be an integer >= 0")
+  if cfg.decay not in DECAYS:
+    raise ValueError(f"optim.decay={cfg.decay!r}; allowed: {DECAYS}")
+  ranges = {"final_lr_frac": (0.0, 1.0, True), "b1": (0.0, 1.0, False),
+            "b2": (0.0, 1.0, False), "momentum": (0.0, 1.0, False)}
+  for name, (lo, hi, closed) in ranges.items():
+    v = float(cfg.get(name, lo))
+    if not (lo <= v <= hi if closed else lo <= v < hi):
+      raise ValueError(f"optim.{name}={v} must be in [{lo:g}, {hi:g}{']' if closed else ')'}")
+  for name in ("weight_decay", "grad_clip"):
+    v = float(cfg.get(name, 0.0))
+    if not 0 <= v < float("inf"):
+      raise ValueError(f"optim.{name}={v} must be a finite number >= 0 (0 = off)")
+  if not float(cfg.get("eps", 1e-8)) > 0:
+    raise ValueError(f"optim.eps={cfg.eps} must be > 0")
+
+
+def make_optimizer(cfg, num_steps):
+  """Returns (optax transformation, schedule) for `cfg` (config.optim)."""
+  validate_config(cfg)
   schedule = make_schedule(cfg, num_steps)
   if cfg.name == "adamw":
     tx = optax.adamw(schedule, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps, weight_decay=cfg.weight_decay)
@@ -44,7 +68,5 @@ def make_optimizer(cfg, num_steps):
   else:
     tx = optax.sgd(schedule, momentum=cfg.momentum or None)
   if cfg.grad_clip:
-    if cfg.grad_clip < 0:
-      raise ValueError(f"optim.grad_clip={cfg.grad_clip} must be >= 0 (0 = off)")
     tx = optax.chain(optax.clip_by_global_norm(cfg.grad_clip), tx)
   return tx, schedule

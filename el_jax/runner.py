@@ -143,7 +143,8 @@ def fit_devices(config):
 
 
 def read_metrics(workdir):
-  """The rows of `<workdir>/metrics.jsonl` ([] if there is none)."""
+  """The rows of `<workdir>/metrics.jsonl` ([] if there is none; a torn last line,
+  from a killed run, is left out with a warning)."""
   from el_jax import train
   return train.MetricsWriter(os.path.join(workdir, "metrics.jsonl")).rows()
 
@@ -165,18 +166,19 @@ def same_training(a, b):
 
 def finished_summary(config, workdir):
   """The summary of `workdir` if it finished training `config` (same seeds, same training;
-  logging / evaluation cadence may differ), else None."""
+  logging / evaluation cadence may differ), else None. A workdir continued with
+  `--allow_config_change` is not the same training as a fresh run of its final config."""
+  from el_jax import workdir as wd
   sp, cp = os.path.join(workdir, "summary.json"), os.path.join(workdir, "config.json")
   if not (os.path.exists(sp) and os.path.exists(cp)):
     return None
   try:
-    with open(cp) as f:
-      old = json.load(f)
-    with open(sp) as f:
-      summary = json.load(f)
-  except (OSError, json.JSONDecodeError):
+    old = wd.read_json(cp)
+    summary = wd.read_json(sp)
+  except (OSError, ValueError) as e:
+    print(f"warning: not reusing {workdir}: {e}", file=sys.stderr)
     return None
-  if not same_training(flatten(old), flatten(config_dict(config))):
+  if old.get(wd.CHANGES_KEY) or not same_training(flatten(old), flatten(config_dict(config))):
     return None
   return summary
 
@@ -221,8 +223,9 @@ class ResultsFile:
     self.path = path
     self.rows = []
     if os.path.exists(path):
-      with open(path) as f:
-        self.rows = json.load(f)
+      from el_jax import workdir as wd
+      self.rows = wd.read_json(path, what="the rows of finished runs; move it away to "
+                               "recompute them")
 
   def get(self, label, config):
     want = flatten(config_dict(config))
@@ -236,11 +239,9 @@ class ResultsFile:
     self.write()
 
   def write(self):
+    from el_jax import workdir as wd
     os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
-    tmp = self.path + ".tmp"
-    with open(tmp, "w") as f:
-      json.dump(self.rows, f, indent=1)
-    os.replace(tmp, self.path)
+    wd.write_json(self.path, self.rows)
 
 
 # ----------------------------------------------------------------------------
@@ -313,6 +314,33 @@ def compare(a, b):
   return {"mean_a": float(np.mean(a)), "mean_b": float(np.mean(b)),
           "diff": float(np.mean(a) - np.mean(b)), "p_value": permutation_test(a, b),
           "ci95": list(bootstrap_ci(a, b)), "n_a": len(a), "n_b": len(b)}
+
+
+def summary_table(summary, digits=3):
+  """The per-split x group table of a summary: one row per split, one column per
+  `<metric>_<group>` (mean (min, max) over seeds when there are several)."""
+  from el_jax.tasks import SPLITS
+  agg = summary.get("aggregate", {})
+  groups = (*summary.get("groups", ()), "all")
+  cols = []
+  for key in agg:
+    split, _, metric = key.partition("_")
+    if split == SPLITS[0] and metric.rsplit("_", 1)[-1] in groups:
+      cols.append(metric)
+  if not cols:
+    return ""
+  several = len(summary.get("seeds", ())) > 1
+  cell = (lambda s: format_mean_range(s, digits)) if several else (lambda s: f"{s['mean']:.{digits}f}")
+  rows = [["split", *cols]]
+  for split in SPLITS:
+    if any(f"{split}_{c}" in agg for c in cols):
+      rows.append([split, *(cell(agg[f"{split}_{c}"]) if f"{split}_{c}" in agg else "-"
+                            for c in cols)])
+  widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+  lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
+  note = f"mean (min, max) over {len(summary['seeds'])} seeds" if several else \
+      f"seed {summary['seeds'][0]}" if summary.get("seeds") else ""
+  return "\n".join(lines + ([f"({note})"] if note else []))
 
 
 def format_mean_range(stats, digits=3):

@@ -29,12 +29,13 @@ import optax
 import orbax.checkpoint as ocp
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
-from tqdm.auto import tqdm
 
 from el_jax import losses
 from el_jax import optim
 from el_jax import runner
+from el_jax import progress
 from el_jax import tasks
+from el_jax import workdir as wd
 from el_jax.models import decoder
 
 
@@ -195,7 +196,12 @@ def _to_float(tree):
 
 
 class MetricsWriter:
-  """Appends JSON rows to metrics.jsonl; can drop rows past a resume point."""
+  """Appends JSON rows to metrics.jsonl; can drop rows past a resume point.
+
+  A torn last line (a run killed mid-write) is dropped with a warning, when
+  reading and (`repair`) before appending; a malformed line elsewhere is an
+  error naming the file and line.
+  """
 
   def __init__(self, path):
     self.path = path
@@ -204,29 +210,60 @@ class MetricsWriter:
     with open(self.path, "a") as f:
       f.write(json.dumps(row) + "\n")
 
-  def rows(self):
+  def _read(self):
+    """(rows, torn): the parsed rows and whether the last line was torn."""
     if not os.path.exists(self.path):
-      return []
-    out = []
+      return [], False
     with open(self.path) as f:
-      for i, line in enumerate(f):
-        if line.strip():
-          try:
-            out.append(json.loads(line))
-          except json.JSONDecodeError as e:
-            raise ValueError(f"{self.path}:{i + 1}: malformed metrics row ({e})") from None
-    return out
+      lines = f.read().split("\n")
+    # A complete file ends with "\n", so its last piece is "".
+    out, torn = [], False
+    last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
+    for i, line in enumerate(lines):
+      if not line.strip():
+        continue
+      try:
+        out.append(json.loads(line))
+      except json.JSONDecodeError as e:
+        if i == last:
+          torn = True
+          continue
+        raise wd.WorkdirError(f"{self.path}:{i + 1}: malformed metrics row ({e.msg}); only "
+                              f"its last line may be torn. Fix or delete that line") from None
+    return out, torn
 
-  def truncate(self, seed, after_step):
-    """Drops rows of `seed` logged after `after_step` (they will be recomputed)."""
+  def rows(self):
+    rows, torn = self._read()
+    if torn:
+      print(f"warning: {self.path}: its last line is torn (a killed run?); leaving it out",
+            file=sys.stderr)
+    return rows
+
+  def repair(self):
+    """Drops a torn last line (with a warning) so that appended rows start on a new line."""
+    if not os.path.exists(self.path):
+      return
+    rows, torn = self._read()
+    with open(self.path, "rb") as f:
+      size = f.seek(0, os.SEEK_END)
+      ends_ok = size == 0 or (f.seek(size - 1) is not None and f.read(1) == b"\n")
+    if torn:
+      print(f"warning: {self.path}: dropping its torn last line (a killed run); the rows "
+            f"after the last checkpoint are recomputed anyway", file=sys.stderr)
+    if torn or not ends_ok:
+      self._rewrite(rows)
+
+  def _rewrite(self, rows):
+    wd.write_text(self.path, "".join(json.dumps(r) + "\n" for r in rows))
+
+  def truncate(self, seed, after_step, eval_at=None):
+    """Drops rows of `seed` logged after `after_step` (they will be recomputed), and
+    its eval rows at step `eval_at` (an evaluation about to be redone)."""
     rows = self.rows()
-    keep = [r for r in rows if not (r.get("seed") == seed and r.get("step", -1) > after_step)]
+    keep = [r for r in rows if r.get("seed") != seed or (
+        r.get("step", -1) <= after_step and not (r.get("kind") == "eval" and r.get("step") == eval_at))]
     if len(keep) != len(rows):
-      tmp = self.path + ".tmp"
-      with open(tmp, "w") as f:
-        for r in keep:
-          f.write(json.dumps(r) + "\n")
-      os.replace(tmp, self.path)
+      self._rewrite(keep)
 
 
 def _checkpoint_manager(path, every):
@@ -242,42 +279,184 @@ def restore_latest(mngr, abstract_state, state_sharding):
     return None
   target = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
                         abstract_state, state_sharding)
+  with _quiet_async_noise():
+    try:
+      return mngr.restore(step, args=ocp.args.StandardRestore(target))
+    except Exception as e:  # orbax raises many types for damaged files
+      err = e
+      _silence_abandoned_reads()
+  detail = (str(err).splitlines()[0] if str(err) else "").split(" See full TensorStore")[0]
+  others = [x for x in mngr.all_steps() if x != step]
+  fallback = (f"move it away to resume from the checkpoint of step {max(others)}"
+              if others else "move it away to start this seed afresh")
+  raise RuntimeError(
+      f"checkpoint {mngr.directory}/{step} could not be restored ({type(err).__name__}: "
+      f"{detail}). It is corrupt or from a different config; {fallback} (nothing was "
+      f"deleted)") from None
+
+
+_NOISE = ("Traceback (most recent call last):", "File \"", "self._check_closed()",
+          "raise RuntimeError('Event loop is closed')", "RuntimeError: Event loop is closed")
+
+
+class _quiet_async_noise:
+  """Drops the tracebacks "RuntimeError: Event loop is closed" that tensorstore's reader
+  threads print when a damaged checkpoint makes orbax abandon a restore (the other
+  reads finish after orbax closed its event loop); everything else written to
+  stderr meanwhile is passed on. After a failure it waits until the threads are quiet.
+  """
+
+  def __enter__(self):
+    import io
+    self.old, self.buf = sys.stderr, io.StringIO()
+    sys.stderr = self.buf
+    return self
+
+  def __exit__(self, *exc):
+    try:
+      if self.buf.tell() or exc[0] is not None:
+        _settle(self.buf)
+    finally:
+      sys.stderr = self.old
+    keep = [line for line in self.buf.getvalue().splitlines()
+            if line.strip() and not line.strip().startswith(_NOISE)]
+    if keep:
+      print("\n".join(keep), file=sys.stderr)
+    return False
+
+
+_ABANDONED = ("Encountered error while reading array index", "Event loop is closed",
+              "_read_array_index_and_device_put")
+
+
+def _silence_abandoned_reads():
+  """After orbax gave up a restore, its other reads of the damaged checkpoint fail later
+  in the background: each prints a long TensorStore spec ("Exception ignored in
+  <coroutine _read_array_index_and_device_put>", "Task exception was never
+  retrieved"), hundreds of lines at exit. The one error that matters has been
+  raised; this drops those repeats (only them) for the rest of the process."""
+  import gc
+  import logging
+  import warnings
+
+  if getattr(sys.unraisablehook, "_el_jax", False):
+    return
+  previous = sys.unraisablehook
+
+  def hook(unraisable):
+    text = f"{unraisable.exc_value!r} {unraisable.object!r}"
+    if not any(k in text for k in _ABANDONED):
+      previous(unraisable)
+
+  hook._el_jax = True
+  sys.unraisablehook = hook
+
+  class _Drop(logging.Filter):
+    def filter(self, record):
+      text = record.getMessage() + repr(getattr(record, "exc_info", ""))
+      return not any(k in text for k in _ABANDONED)
+
+  logging.getLogger("asyncio").addFilter(_Drop())
+  warnings.filterwarnings("ignore", message="coroutine '_read_array_index_and_device_put'")
+  gc.collect()
+
+
+def _settle(buf, quiet_s=0.3, max_s=3.0):
+  """Waits until nothing was written to `buf` for `quiet_s` seconds (at most `max_s`)."""
+  t_end, size = time.time() + max_s, -1
+  while time.time() < t_end and buf.tell() != size:
+    size = buf.tell()
+    time.sleep(quiet_s)
+
+
+def latest_checkpoint_step(seed_dir):
+  """The newest checkpoint step under `<seed_dir>/checkpoints` (None if there is none)."""
+  d = os.path.join(seed_dir, "checkpoints")
+  steps = [int(n) for n in os.listdir(d) if n.isdigit()] if os.path.isdir(d) else []
+  return max(steps) if steps else None
+
+
+def _read_final(seed, sdir, num_steps):
+  """The finished evaluation of a seed, or None if the seed must (re)train or re-evaluate.
+
+  A damaged final.json is set aside (renamed, never deleted) and the seed is
+  re-evaluated from its last checkpoint; one of fewer steps than `num_steps`
+  (the run was continued with --allow_config_change=train.num_steps) is kept
+  as final_step<N>.json and training continues.
+  """
+  path = os.path.join(sdir, "final.json")
+  if not os.path.exists(path):
+    return None
   try:
-    return mngr.restore(step, args=ocp.args.StandardRestore(target))
-  except Exception as e:  # orbax raises many types for damaged files
-    raise RuntimeError(
-        f"checkpoint {mngr.directory}/{step} could not be restored ({type(e).__name__}: "
-        f"{str(e).splitlines()[0] if str(e) else ''}). It is corrupt or from a different "
-        f"config; move it away to start this seed afresh (nothing was deleted).") from None
+    final = wd.read_json(path, what=f"the final evaluation of seed {seed}")
+  except wd.WorkdirError as e:
+    moved = wd.set_aside(path)
+    print(f"warning: {e}; kept it as {moved} and re-evaluating seed {seed} from its last "
+          f"checkpoint", file=sys.stderr)
+    return None
+  if final.get("step", num_steps) < num_steps:
+    kept = os.path.join(sdir, f"final_step{final['step']}.json")
+    os.replace(path, kept)
+    print(f"seed {seed}: finished at step {final['step']}, continuing to step {num_steps} "
+          f"(its evaluation then is kept as {kept})", file=sys.stderr)
+    return None
+  print(f"seed {seed}: already finished, skipped (reading {path})", file=sys.stderr)
+  return final
 
 
 def train_seed(trainer: Trainer, seed, workdir, writer, flat_hook=None):
-  """Trains one seed to completion (resuming if possible); returns its final evaluation."""
+  """Trains one seed to completion (resuming if possible); returns its final evaluation.
+
+  Returns None if `train.stop_at_step` stopped it before `train.num_steps`.
+  """
   st = trainer.setup
   cfg = st.config
   tcfg = cfg.train
   sdir = os.path.join(workdir, f"seed_{seed}")
   final_path = os.path.join(sdir, "final.json")
-  if os.path.exists(final_path):
-    with open(final_path) as f:
-      return json.load(f)
+  final = _read_final(seed, sdir, tcfg.num_steps)
+  if final is not None:
+    return final
   os.makedirs(sdir, exist_ok=True)
+  stop = tcfg.num_steps if not tcfg.get("stop_at_step", 0) else min(tcfg.stop_at_step, tcfg.num_steps)
+  latest = latest_checkpoint_step(sdir)
+  if latest is not None and latest > tcfg.num_steps:
+    raise wd.WorkdirError(
+        f"seed {seed} has a checkpoint at step {latest}, past train.num_steps={tcfg.num_steps}; "
+        f"set train.num_steps >= {latest}, or move {sdir} away to train it afresh")
+  if latest is not None and latest >= stop and stop < tcfg.num_steps:
+    print(f"seed {seed}: already at step {latest} >= train.stop_at_step={stop}; nothing to do",
+          file=sys.stderr)
+    writer.truncate(seed, latest)  # rows a killed run logged past its last checkpoint
+    return None
   mngr = _checkpoint_manager(os.path.join(sdir, "checkpoints"), tcfg.checkpoint_every)
+  try:
+    return _train_seed(trainer, seed, writer, flat_hook, mngr, stop, final_path)
+  finally:
+    mngr.close()
+
+
+def _train_seed(trainer, seed, writer, flat_hook, mngr, stop, final_path):
+  st = trainer.setup
+  cfg = st.config
+  tcfg = cfg.train
   state = restore_latest(mngr, trainer.abstract_state, trainer.state_sharding)
   if state is None:
     state = trainer.init(seed)
     start = 0
   else:
     start = int(state["step"])
-  # Rows logged past the resume point (all of them when starting afresh) are recomputed.
-  writer.truncate(seed, start if start else -1)
-  stop = tcfg.num_steps if not tcfg.get("stop_at_step", 0) else min(tcfg.stop_at_step, tcfg.num_steps)
+    print(f"seed {seed}: resuming from the checkpoint of step {start}", file=sys.stderr)
+  # Rows logged past the resume point (all of them when starting afresh) are recomputed,
+  # and so is a final evaluation being redone.
+  writer.truncate(seed, start if start else -1, eval_at=stop if start >= stop else None)
 
   def log_eval(step, params):
     row = {"seed": seed, "step": step, "kind": "eval"}
     for split, ds in st.task.eval_sets():
-      for key, val in trainer.evaluate(params, ds).items():
-        row[f"{split}_{key}"] = val
+      with progress.label(f"seed {seed} step {step}: evaluating {split}"):
+        for key, val in trainer.evaluate(params, ds).items():
+          row[f"{split}_{key}"] = val
     writer.write(row)
     return row
 
@@ -285,34 +464,45 @@ def train_seed(trainer: Trainer, seed, workdir, writer, flat_hook=None):
     log_eval(0, state["params"])
   pending = None  # (step, metrics) of the previous step, fetched after the next dispatch
   t0 = time.time()
-  bar = tqdm(range(start, stop), initial=start, total=stop, desc=f"seed {seed}",
-             disable=not cfg.get("progress", True), leave=False, dynamic_ncols=True,
-             mininterval=0.5 if sys.stderr.isatty() else 30.0)
-  for step in bar:
-    batch = trainer.put_batch(st.batch(seed, step))
-    state, metrics = trainer.step(state, batch)
+  bar = progress.Bar(total=stop, initial=start, desc=f"seed {seed}")
+  try:
+    for step in range(start, stop):
+      batch = trainer.put_batch(st.batch(seed, step))
+      state, metrics = trainer.step(state, batch)
+      if pending is not None:
+        _check_and_log(pending, seed, st, writer, bar, t0)
+      pending = (step + 1, metrics)
+      done = step + 1
+      if done % tcfg.checkpoint_every == 0 or done == stop:
+        _check_and_log(pending, seed, st, writer, bar, t0)
+        pending = None
+        mngr.save(done, args=ocp.args.StandardSave(state), force=True)
+      if tcfg.eval_every and done % tcfg.eval_every == 0 and done < tcfg.num_steps:
+        log_eval(done, state["params"])
+      if flat_hook is not None and cfg.flatness.every and done % cfg.flatness.every == 0:
+        row = flat_hook(state["params"], seed, done)
+        writer.write({"seed": seed, "step": done, "kind": "flatness", **row})
+      bar.update(1)
     if pending is not None:
       _check_and_log(pending, seed, st, writer, bar, t0)
-    pending = (step + 1, metrics)
-    done = step + 1
-    if done % tcfg.checkpoint_every == 0 or done == stop:
-      _check_and_log(pending, seed, st, writer, bar, t0)
-      pending = None
-      mngr.save(done, args=ocp.args.StandardSave(state), force=True)
-    if tcfg.eval_every and done % tcfg.eval_every == 0 and done < tcfg.num_steps:
-      log_eval(done, state["params"])
-    if flat_hook is not None and cfg.flatness.every and done % cfg.flatness.every == 0:
-      row = flat_hook(state["params"], seed, done)
-      writer.write({"seed": seed, "step": done, "kind": "flatness", **row})
-  if pending is not None:
-    _check_and_log(pending, seed, st, writer, bar, t0)
-  bar.close()
+  except FloatingPointError as e:
+    last = mngr.latest_step()
+    where = (f"the last checkpoint is step {last} ({mngr.directory}/{last}), where a rerun "
+             f"resumes" if last is not None else
+             "no checkpoint was saved before it, so a rerun starts this seed afresh")
+    raise FloatingPointError(
+        f"{e}; {where}. Rerun with a lower --config.optim.lr (or more optim.warmup_steps, or "
+        f"optim.grad_clip) and --allow_config_change=optim.lr (naming each field you change)"
+    ) from None
+  finally:
+    bar.close()
   mngr.wait_until_finished()
   if stop < tcfg.num_steps:
+    print(f"seed {seed}: stopped at step {stop} (train.stop_at_step); run again without it "
+          f"to continue to step {tcfg.num_steps}", file=sys.stderr)
     return None  # stopped early on purpose (train.stop_at_step)
   final = log_eval(stop, state["params"])
-  with open(final_path, "w") as f:
-    json.dump(final, f, indent=1)
+  wd.write_json(final_path, final)
   return final
 
 
@@ -329,14 +519,13 @@ def _check_and_log(pending, seed, st, writer, bar, t0):
   if bad:
     raise FloatingPointError(
         f"non-finite training {' and '.join(bad)} (loss={m['loss']}, param_norm="
-        f"{m['param_norm']}) at step {step} (seed {seed}); the last checkpoint is intact. "
-        f"Lower optim.lr, raise optim.warmup_steps or use optim.grad_clip.")
+        f"{m['param_norm']}) at step {step} (seed {seed})")
   every = st.config.train.log_every
   if step % every == 0 or step == 1:
     row = {"seed": seed, "step": step, "kind": "train", "lr": float(st.schedule(step - 1)),
            "epoch": (step - 1) / st.steps_per_epoch, "time_s": round(time.time() - t0, 3), **m}
     writer.write(row)
-    bar.set_postfix(loss=f"{m['loss']:.4f}", refresh=False)
+    bar.set_postfix(loss=m["loss"])
 
 
 # Fields of every task that may change between runs on one workdir: they do not
@@ -354,42 +543,101 @@ def resumable_fields(config):
   return RESUMABLE_FIELDS | (target.resumable_fields if tasks.is_task_class(target) else frozenset())
 
 
-def check_workdir_config(config, workdir):
+def check_workdir_config(config, workdir, allow=()):
   """Refuses to resume (or read back finished seeds of) a workdir trained with another config.
 
   Without this a finished seed's final.json would be reported for a config
-  that never trained it. Fields in `resumable_fields(config)` may differ.
+  that never trained it. Fields in `resumable_fields(config)` may differ;
+  those named in `allow` (`--allow_config_change`) too, and are returned as
+  {key: [old, new]} (see `el_jax.workdir.check_config`).
   """
-  path = os.path.join(workdir, "config.json")
-  if not os.path.exists(path):
-    return
-  try:
-    with open(path) as f:
-      old = runner.flatten(json.load(f))
-  except (OSError, json.JSONDecodeError) as e:
-    raise ValueError(f"{path} is unreadable ({e}); it records the config this workdir was "
-                     f"trained with. Use another --workdir or move this one away.") from None
-  new = runner.flatten(runner.config_dict(config))
-  diff = runner.config_diff(old, new, resumable_fields(config))
-  if diff:
-    shown = ", ".join(f"{k}: {old.get(k, '<absent>')!r} -> {new.get(k, '<absent>')!r}"
-                      for k in diff[:6])
-    more = f" (and {len(diff) - 6} more)" if len(diff) > 6 else ""
-    raise ValueError(f"workdir {workdir} was trained with a different config ({shown}{more}); "
-                     f"its checkpoints and finished seeds do not belong to this config. Use "
-                     f"another --workdir, or move this one away to start afresh.")
+  return wd.check_config(config, workdir, resumable_fields(config), allow)
 
 
-def train_and_evaluate(config, workdir):
-  """Trains every seed of `config`, writes metrics, summary.json and plots; returns the summary."""
+def _resume_points(config, workdir):
+  """{seed: the step it continues from ("finished" / None = from scratch)} (for the change log)."""
+  out = {}
+  for seed in config.seeds:
+    sdir = os.path.join(workdir, f"seed_{int(seed)}")
+    out[str(int(seed))] = ("finished" if os.path.exists(os.path.join(sdir, "final.json"))
+                           else latest_checkpoint_step(sdir))
+  return out
+
+
+def train_and_evaluate(config, workdir, allow_config_change=()):
+  """Trains every seed of `config`, writes metrics, summary.json and plots; returns the summary.
+
+  Returns None if `train.stop_at_step` stopped training early. The workdir is
+  locked while this runs (`el_jax.workdir.Lock`); `allow_config_change` names
+  the optimizer / loss fields that may differ from the config it was trained
+  with (`el_jax.workdir.parse_allowed`).
+  """
   validate_config(config)
-  check_workdir_config(config, workdir)  # before any data or model is built
-  os.makedirs(workdir, exist_ok=True)
+  allow = wd.parse_allowed(allow_config_change)
+  created = not os.path.exists(workdir)
+  if not created:
+    check_workdir_config(config, workdir, allow)  # fail fast, before taking the lock
+  try:
+    with wd.Lock(workdir):
+      return _train_and_evaluate(config, workdir, allow)
+  except BaseException:
+    # A run refused before it wrote anything leaves no empty workdir behind.
+    if created and os.path.isdir(workdir) and not os.listdir(workdir):
+      os.rmdir(workdir)
+    raise
+
+
+def _already_finished(config, workdir):
+  """The summary of `workdir` if every seed of `config` finished there, else None.
+
+  A damaged summary.json is set aside with a warning (it is rebuilt from the
+  seeds' final.json files); a damaged final.json is left to `train_seed`.
+  """
+  finals = []
+  for seed in config.seeds:
+    path = os.path.join(workdir, f"seed_{int(seed)}", "final.json")
+    try:
+      final = wd.read_json(path) if os.path.exists(path) else None
+    except wd.WorkdirError:
+      return None
+    if final is None or final.get("step") != config.train.num_steps:
+      return None
+    finals.append(final)
+  path = os.path.join(workdir, "summary.json")
+  if not os.path.exists(path):
+    return None
+  try:
+    summary = wd.read_json(path, what="the summary of the finished seeds")
+  except wd.WorkdirError as e:
+    print(f"warning: {e}; kept it as {wd.set_aside(path)}, rebuilding it from the seeds' "
+          f"final.json", file=sys.stderr)
+    return None
+  if summary.get("seeds") != [int(s) for s in config.seeds] or summary.get("per_seed") != finals:
+    return None
+  return summary
+
+
+def _train_and_evaluate(config, workdir, allow):
+  changes = check_workdir_config(config, workdir, allow)  # under the lock: authoritative
+  progress.set_enabled(config.get("progress", True))
+  summary = None if changes else _already_finished(config, workdir)
+  if summary is not None:
+    print(f"{workdir}: every seed {tuple(summary['seeds'])} already finished; nothing to "
+          f"train", file=sys.stderr)
+    table = runner.summary_table(summary)
+    if table:
+      print(table, file=sys.stderr)
+    print(f"results: {os.path.join(workdir, 'summary.json')}", file=sys.stderr)
+    return summary
   setup = make_setup(config)
   trainer = Trainer(setup)
   writer = MetricsWriter(os.path.join(workdir, "metrics.jsonl"))
-  with open(os.path.join(workdir, "config.json"), "w") as f:
-    f.write(config.to_json_best_effort(indent=1))
+  writer.repair()
+  history = wd.record_config(config, workdir, changes, _resume_points(config, workdir))
+  if changes:
+    shown = ", ".join(f"{k}: {v[0]!r} -> {v[1]!r}" for k, v in changes.items())
+    print(f"continuing {workdir} with a changed config ({shown}); recorded in config.json",
+          file=sys.stderr)
   flat_hook = make_flatness_hook(trainer) if config.flatness.every else None
   finals = []
   for seed in config.seeds:
@@ -404,17 +652,22 @@ def train_and_evaluate(config, workdir):
       "seeds": [int(s) for s in config.seeds],
       "num_params": decoder.num_params(trainer.abstract_state["params"]),  # shapes only
       **setup.task.summary_fields(),
+      **({wd.CHANGES_KEY: history} if history else {}),
       "per_seed": finals,
       "aggregate": runner.aggregate(finals),
   }
-  with open(os.path.join(workdir, "summary.json"), "w") as f:
-    json.dump(summary, f, indent=1)
+  summary_path = os.path.join(workdir, "summary.json")
+  wd.write_json(summary_path, summary)
   rows = writer.rows()
   setup.task.write_plots(rows, workdir)
   if config.flatness.every:
     from el_jax import flatness
     flatness.plot_flatness([r for r in rows if r.get("kind") == "flatness"],
                            os.path.join(workdir, "flatness.png"))
+  table = runner.summary_table(summary)
+  if table:
+    print(table, file=sys.stderr)
+  print(f"results: {summary_path}", file=sys.stderr)
   return summary
 
 
@@ -454,6 +707,10 @@ def make_flatness_hook(trainer):
   return hook
 
 
+def _not_int(v):
+  return isinstance(v, bool) or not isinstance(v, (int, np.integer))
+
+
 def validate_config(config):
   """Fails early, with the allowed values, on config mistakes (before any data or model)."""
   task_cls = tasks.get_task_class(config.get("task", "<absent>"))
@@ -465,8 +722,19 @@ def validate_config(config):
     raise ValueError(f"config.seeds={tuple(seeds)!r} must be integers, e.g. (0, 1, 2)")
   t = config.train
   for name in ("num_steps", "log_every", "checkpoint_every"):
-    if t[name] < 1:
-      raise ValueError(f"train.{name}={t[name]} must be >= 1")
-  if t.eval_every < 0:
-    raise ValueError(f"train.eval_every={t.eval_every} must be >= 0 (0 = only at the end)")
+    if _not_int(t[name]) or t[name] < 1:
+      raise ValueError(f"train.{name}={t[name]!r} must be an integer >= 1")
+  for name, meaning in (("eval_every", "0 = only at the end"), ("stop_at_step", "0 = train to "
+                                                                 "train.num_steps")):
+    val = t.get(name, 0)
+    if _not_int(val) or val < 0:
+      raise ValueError(f"train.{name}={val!r} must be an integer >= 0 ({meaning})")
+  if not isinstance(config.get("progress", True), bool):
+    raise ValueError(f"progress={config.progress!r} must be True or False")
+  n = config.get("num_devices", 0)
+  if _not_int(n) or n < 0:
+    raise ValueError(f"num_devices={n!r} must be an integer >= 0 (0 = all local devices)")
+  optim.validate_config(config.optim)
+  losses.validate_config(config.loss)
+  decoder.validate_model_config(config.model)
   task_cls.validate_config(config)

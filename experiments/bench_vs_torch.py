@@ -32,6 +32,9 @@ import subprocess
 import sys
 import time
 
+from el_jax import cli
+from el_jax import workdir as wd
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TORCH_VENV = os.path.join(ROOT, ".venv-torch")
 TORCH_PY = os.path.join(TORCH_VENV, "bin", "python")
@@ -190,7 +193,7 @@ def _median(xs):
   return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
 
 
-def main():
+def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   p.add_argument("--worker", choices=["el_jax", "torch"], help=argparse.SUPPRESS)
   p.add_argument("--shape", help=argparse.SUPPRESS)
@@ -205,7 +208,7 @@ def main():
   p.add_argument("--threads", default=str(os.cpu_count()),
                  help="torch intra-op threads; a comma-separated list times each")
   p.add_argument("--out", default=OUT)
-  args, config_args = p.parse_known_args()
+  args, config_args = p.parse_known_args(argv)
   config_args = config_args or DEFAULT_CONFIG
   if args.worker == "el_jax":
     return el_jax_worker(config_args, args.warmup, args.all_positions)
@@ -274,8 +277,7 @@ def main():
       "results": summary, "ratio_tokens_per_s": ratios,
   }
   os.makedirs(os.path.dirname(args.out), exist_ok=True)
-  with open(args.out, "w") as f:
-    json.dump(result, f, indent=1)
+  wd.write_json(args.out, result)
   print(f"shape: {shape['num_layers']} layers x {shape['embed_dim']} wide, "
         f"{shape['num_heads']} heads, MLP {shape['mlp_dim']}, vocab {shape['vocab']}, "
         f"batch {shape['batch']} x {shape['seq']} tokens; {args.rounds} alternating rounds "
@@ -290,4 +292,4 @@ def main():
 
 
 if __name__ == "__main__":
-  main()
+  cli.script(main)

@@ -22,6 +22,8 @@ import os
 import time
 
 from el_jax import runner
+from el_jax import cli
+from el_jax import workdir as wd
 
 LOSSES = {
     "ce": {"loss.name": "ce"},
@@ -107,19 +109,18 @@ def select(out):
       "chosen_run": best["loss"], "chosen_overrides": chosen,
       "note": "chosen on the validation split; test numbers were not used",
   }
-  with open(os.path.join(out, "selection.json"), "w") as f:
-    json.dump(out_row, f, indent=1)
+  wd.write_json(os.path.join(out, "selection.json"), out_row)
   for name, v in sorted(out_row["candidates"].items(), key=lambda kv: -kv[1]):
     print(f"{name:24s} {SELECT_METRIC} = {v:.3f}")
   print(f"chosen: {best['loss']} {chosen}")
   return out_row
 
 
-def main():
+def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--stage", default="scan", choices=("scan", "scan2", "select"))
   ap.add_argument("--out", default="results/copy_task_cpu_sweep")
-  args = ap.parse_args()
+  args = ap.parse_args(argv)
   os.makedirs(args.out, exist_ok=True)
   if args.stage == "select":
     select(args.out)
@@ -128,4 +129,4 @@ def main():
 
 
 if __name__ == "__main__":
-  main()
+  cli.script(main)

@@ -37,6 +37,7 @@ from el_jax import runner
 from el_jax.data import copy_task
 from el_jax.demo import make_config
 from el_jax.tasks import copy_task as copy_tasks
+from el_jax import cli
 
 CE = {"loss.name": "ce"}
 E1W = {"loss.name": "e1", "loss.lam": 1.0, "optim.warmup_steps": 750}
@@ -221,14 +222,14 @@ def plot(out):
   return paths
 
 
-def main():
+def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--stage", required=True,
                   choices=("table3", "fig1_context", "fig1_width", "plot"))
   ap.add_argument("--out", default="results/copy_task_suite")
   ap.add_argument("--seeds", default=None, help="comma-separated model seeds (default: "
                   "2-11 for table3 and fig1_context, 2-4 for fig1_width)")
-  args = ap.parse_args()
+  args = ap.parse_args(argv)
   os.makedirs(args.out, exist_ok=True)
   if args.stage != "plot":
     seeds = ([int(s) for s in args.seeds.split(",")] if args.seeds
@@ -239,4 +240,4 @@ def main():
 
 
 if __name__ == "__main__":
-  main()
+  cli.script(main)

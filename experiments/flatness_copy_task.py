@@ -23,6 +23,8 @@ import numpy as np
 
 from el_jax import demo
 from el_jax import runner
+from el_jax import cli
+from el_jax import workdir as wd
 
 # The CE and E1 + warmup runs of `make demo` (configs/copy_task.py sweep()).
 LOSSES = {k: v for k, v in demo.demo_runs().items() if k in ("ce", "e1_warmup")}
@@ -154,11 +156,10 @@ def main(argv=None):
       answer[f"{name}_final_{k}"] = fin
       post = [s["mean_after_convergence"].get(k) for s in results[name]["per_seed"].values()]
       answer[f"{name}_post_convergence_mean_{k}"] = post
-  with open(os.path.join(args.out, "copy_task.json"), "w") as f:
-    json.dump({"meta": meta, "answer": answer, "results": results}, f, indent=1, default=str)
+  wd.write_json(os.path.join(args.out, "copy_task.json"), {"meta": meta, "answer": answer, "results": results}, default=str)
   plot(results, os.path.join(args.out, "copy_task.png"))
   print(json.dumps(answer))
 
 
 if __name__ == "__main__":
-  main()
+  cli.script(main)

@@ -13,6 +13,8 @@ import os
 
 from el_jax import runner
 from el_jax.ntp import train
+from el_jax import cli
+from el_jax import workdir as wd
 
 
 def main(argv=None):
@@ -24,9 +26,8 @@ def main(argv=None):
   for v in a.variants.split(","):
     s = train.train_and_evaluate(runner.get_config("ntp_linear", v), os.path.join(a.out, v))
     out[v] = dict(instance=s["instance"], runs=s["runs"], reg_path=s.get("reg_path"))
-  with open(os.path.join(a.out, "convergence.json"), "w") as f:
-    json.dump(out, f, indent=1)
+  wd.write_json(os.path.join(a.out, "convergence.json"), out)
 
 
 if __name__ == "__main__":
-  main()
+  cli.script(main)

@@ -15,6 +15,8 @@ from tqdm import tqdm
 
 from el_jax.ntp import data as data_lib
 from el_jax.ntp import geometry
+from el_jax import cli
+from el_jax import workdir as wd
 
 
 def main(argv=None):
@@ -42,8 +44,7 @@ def main(argv=None):
       rows.append(dict(support=s, d=d, d_over_m=d / a.m, compatible=comp / a.trials,
                        separable=sep / a.trials, both=both / a.trials))
   out = dict(m=a.m, V=a.V, trials=a.trials, rows=rows, seconds=time.time() - t0)
-  with open(os.path.join(a.out, "separability.json"), "w") as f:
-    json.dump(out, f, indent=1)
+  wd.write_json(os.path.join(a.out, "separability.json"), out)
 
   import matplotlib
   matplotlib.use("Agg")
@@ -67,4 +68,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-  main()
+  cli.script(main)

@@ -21,6 +21,8 @@ from el_jax.ntp import data as data_lib
 from el_jax.ntp import dynamics
 from el_jax.ntp import geometry
 from el_jax.ntp import text
+from el_jax import cli
+from el_jax import workdir as wd
 
 
 def gd_run(ds, steps, lr):
@@ -75,8 +77,7 @@ def main(argv=None):
       print(n, {k: v for k, v in r["gd"][-1].items() if k != "gap_at"}, flush=True)
     out["by_n"][str(n)] = r
   out["seconds"] = time.time() - t0
-  with open(os.path.join(a.out, "text.json"), "w") as f:
-    json.dump(out, f, indent=1)
+  wd.write_json(os.path.join(a.out, "text.json"), out)
 
   import matplotlib
   matplotlib.use("Agg")
@@ -100,4 +101,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-  main()
+  cli.script(main)

@@ -36,6 +36,7 @@ import time
 import numpy as np
 
 from el_jax import plots, runner
+from el_jax import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -134,7 +135,7 @@ def add_comparisons(results):
   results.write()
 
 
-def main():
+def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--size", choices=("cpu", "paper"), default="cpu")
   ap.add_argument("--stage", choices=STAGES, default="main")
@@ -149,7 +150,7 @@ def main():
   ap.add_argument("--graphs", nargs="+", default=list(GRAPHS), help="e.g. 'G(2,3)' 'G(5,3)'")
   ap.add_argument("--set", action="append", default=[],
                   help="extra config override key=value (e.g. train.num_steps=4000), repeatable")
-  args = ap.parse_args()
+  args = ap.parse_args(argv)
   out = args.out or ("results/path_star_table1" if args.size == "cpu"
                      else "results/path_star_table1_paper")
   os.makedirs(out, exist_ok=True)
@@ -286,4 +287,4 @@ def plot(rows, out):
 
 
 if __name__ == "__main__":
-  main()
+  cli.script(main)

@@ -106,3 +106,55 @@ def test_every_training_config_field_has_a_comment(name):
   assert not missing, "config fields without a one-line comment:\n" + "\n".join(missing)
   keys = set(cli._config_keys(_load_module(path).get_config("test")))
   assert keys == set(defined), f"fields not defined on their own line: {keys ^ set(defined)}"
+
+
+def test_expected_errors_are_el_jax_checks_and_os_errors_not_library_bugs():
+  import ml_collections
+  import numpy as np
+  from el_jax import optim
+
+  def caught(fn):
+    try:
+      fn()
+    except Exception as e:  # noqa: BLE001
+      return e
+    raise AssertionError("no exception")
+
+  own = caught(lambda: optim.validate_config(ml_collections.ConfigDict({"name": "lion"})))
+  assert cli.is_expected(own)
+  assert cli.one_line(own) == "optim.name='lion'; allowed: ('adamw', 'adam', 'sgd')"
+  library = caught(lambda: np.zeros(3).reshape(5))  # a ValueError from inside NumPy: a bug
+  assert isinstance(library, ValueError) and not cli.is_expected(library)
+  assert not cli.is_expected(caught(lambda: {}["k"]))  # KeyError / TypeError: always bugs
+  os_error = caught(lambda: open("/nonexistent/dir/file"))
+  assert cli.is_expected(os_error)
+  assert cli.one_line(os_error) == "No such file or directory: /nonexistent/dir/file"
+  assert cli.is_expected(FloatingPointError("diverged"))
+
+
+def test_guard_prints_one_line_and_exits_2_or_1(capsys):
+  def bad_config(argv):
+    from el_jax import optim
+    import ml_collections
+    optim.validate_config(ml_collections.ConfigDict({"name": "adamw", "lr": -1.0}))
+
+  def diverged(argv):
+    raise FloatingPointError("non-finite training loss\nat step 3")
+
+  with pytest.raises(SystemExit) as e:
+    cli.guard(bad_config)(["prog"])
+  assert e.value.code == 2
+  assert capsys.readouterr().err == "error: optim.lr=-1.0 must be a finite number > 0\n"
+  with pytest.raises(SystemExit) as e:
+    cli.guard(diverged)(["prog"])
+  assert e.value.code == 1
+  assert capsys.readouterr().err == "error: non-finite training loss at step 3\n"
+  with pytest.raises(ValueError):  # --verbose: the exception itself, with its traceback
+    cli.guard(bad_config)(["prog", "--verbose"])
+
+  def bug(argv):
+    return np.zeros(3).reshape(5)
+
+  import numpy as np
+  with pytest.raises(ValueError):  # a library's error is a bug: never swallowed
+    cli.guard(bug)(["prog"])

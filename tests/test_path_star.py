@@ -424,7 +424,7 @@ def test_config_errors_are_clear():
     train.make_setup(_config(**{"data.degree": 5, "data.path_len": 4}))
   with pytest.raises(ValueError, match=r"unknown path-star variant 'tf'; valid variants"):
     train.make_setup(_config(**{"data.variant": "tf"}))
-  with pytest.raises(FileNotFoundError, match="does not exist"):
+  with pytest.raises(ValueError, match="does not exist"):
     train.make_setup(_config(**{"data.test_file": "/nonexistent/deg_{degree}.txt"}))
   with pytest.raises(ValueError, match="train.batch_size=12 cannot be split over 8 devices"):
     train.make_setup(_config(**{"train.batch_size": 12}))

@@ -8,7 +8,6 @@ share, and later tests only read them (or copy them before changing them).
 """
 import fcntl
 import functools
-import hashlib
 import json
 import math
 import os
@@ -27,6 +26,8 @@ from el_jax import train
 from el_jax.tasks import copy_task as copy_tasks
 from el_jax.data import copy_task
 from el_jax.models import decoder
+
+import reliability  # tests/reliability.py
 
 pytestmark = pytest.mark.xdist_group("test_train")
 
@@ -179,17 +180,6 @@ def _assert_trees_equal(a, b, **tol):
       np.testing.assert_array_equal(x, y, err_msg=jax.tree_util.keystr(path))
 
 
-def _snapshot(folder):
-  """{relative path: sha1} of every file below `folder`."""
-  out = {}
-  for dirpath, _, files in os.walk(folder):
-    for name in files:
-      p = os.path.join(dirpath, name)
-      with open(p, "rb") as f:
-        out[os.path.relpath(p, folder)] = hashlib.sha1(f.read()).hexdigest()
-  return out
-
-
 # ----------------------------------------------------------------------------
 # Golden step, devices, resume
 
@@ -254,7 +244,7 @@ def test_finished_seed_is_not_retrained(runs, monkeypatch, tmp_path):
   workdir = tmp_path / "run"
   shutil.copytree(runs.full, workdir)
   metrics_before = (workdir / "metrics.jsonl").read_text()
-  checkpoints_before = _snapshot(workdir / "seed_0")
+  checkpoints_before = reliability.snapshot(workdir / "seed_0")
   final = json.loads((workdir / "seed_0" / "final.json").read_text())
 
   def forbidden(*args, **kwargs):
@@ -266,18 +256,18 @@ def test_finished_seed_is_not_retrained(runs, monkeypatch, tmp_path):
   assert summary["per_seed"] == [final]
   assert summary["num_params"] == runs.summary_full["num_params"] > 0
   assert (workdir / "metrics.jsonl").read_text() == metrics_before
-  assert _snapshot(workdir / "seed_0") == checkpoints_before
+  assert reliability.snapshot(workdir / "seed_0") == checkpoints_before
 
 
 def test_workdir_of_another_config_is_refused(runs, tmp_path):
   """A finished seed is read back only for the config that trained it."""
   workdir = tmp_path / "run"
   shutil.copytree(runs.full, workdir)
-  before = _snapshot(workdir)
+  before = reliability.snapshot(workdir)
   with pytest.raises(ValueError, match=r"trained with a different config \(optim\.lr: 0\.003 -> "
                      r"0\.001, train\.num_steps: 8 -> 6\)"):
     train.train_and_evaluate(_config(**{"optim.lr": 1e-3, "train.num_steps": 6}), str(workdir))
-  assert _snapshot(workdir) == before  # nothing read back, nothing written
+  assert reliability.snapshot(workdir) == before  # nothing read back, nothing written
   # Fields that do not change what a seed computed may differ.
   summary = train.train_and_evaluate(_config(**{"train.log_every": 3, "progress": True}),
                                      str(workdir))
@@ -367,12 +357,12 @@ def test_corrupt_checkpoint_is_a_clear_error(runs, tmp_path, damage):
   workdir = tmp_path / "run"
   shutil.copytree(runs.stopped, workdir)
   damage(workdir / "seed_0" / "checkpoints" / str(K))
-  before = _snapshot(workdir / "seed_0")
+  before = reliability.snapshot(workdir / "seed_0")
   metrics_before = (workdir / "metrics.jsonl").read_text()
   with pytest.raises(RuntimeError, match=rf"checkpoint \S*seed_0/checkpoints/{K} could not be "
                                          r"restored .*nothing was deleted"):
     train.train_and_evaluate(_config(), str(workdir))
-  assert _snapshot(workdir / "seed_0") == before  # no restart from scratch, nothing removed
+  assert reliability.snapshot(workdir / "seed_0") == before  # no restart from scratch, nothing removed
   assert (workdir / "metrics.jsonl").read_text() == metrics_before
 
 

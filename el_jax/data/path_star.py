@@ -244,6 +244,10 @@ def load(path, spec: GraphSpec, limit=None) -> Graphs:
   with open(path) as f:
     lines = f.read().splitlines()
   if limit is not None:
+    graphs = sum(1 for line in lines if line.strip())
+    if graphs < limit:
+      raise ValueError(f"{path} has {graphs} graphs, fewer than the {limit} asked for "
+                       f"(data.num_test); ask for at most {graphs}, or 0 for all of them")
     lines = lines[:limit]
   return parse_lines(lines, spec, name=path)
 

@@ -95,9 +95,10 @@ LABELS = {"probe": "one Hutchinson probe (HVP)", "probes": "batched probe (per p
 TARGETS = {"probes": 1.5, "fisher_draw": 1.3}
 
 
+@cli.guard
 def main(argv=None):
   config, _, fv = cli.parse(sys.argv if argv is None else argv, extra_flags=_extra,
-                            require_workdir=False)
+                            require_workdir=False, doc=__doc__)
   cli.log_devices()
   setup, loss_fn, logits_fn, params, batch = make_problem(config)
   m = setup.model_cfg

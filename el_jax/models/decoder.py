@@ -68,6 +68,21 @@ class DecoderConfig:
     return jnp.bfloat16 if self.dtype == "bfloat16" else jnp.float32
 
 
+def validate_model_config(m):
+  """Checks config.model (preset, sizes, heads, dtype) before any data is built: ValueError."""
+  if m.preset not in PRESETS:
+    raise ValueError(f"unknown model preset {m.preset!r}; valid presets: {PRESETS}")
+  for name in ("num_layers", "num_heads", "embed_dim", "mlp_dim"):
+    v = m[name]
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+      raise ValueError(f"model.{name}={v!r} must be an integer")
+  if m.mlp_dim < 0:
+    raise ValueError(f"model.mlp_dim={m.mlp_dim} must be >= 1 (or 0 = 4 * embed_dim)")
+  preset(m.preset, vocab_size=1, num_layers=m.num_layers, num_heads=m.num_heads,
+         embed_dim=m.embed_dim, mlp_dim=m.mlp_dim or 4 * m.embed_dim, max_len=1,
+         doc_mask=m.doc_mask, dtype=m.dtype)
+
+
 def preset(name, **overrides):
   """Architecture presets; any DecoderConfig field may be overridden."""
   if name == "gpt_neox":

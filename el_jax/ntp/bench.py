@@ -31,6 +31,7 @@ import numpy as np  # noqa: E402
 
 from el_jax.ntp import data as data_lib  # noqa: E402
 from el_jax.ntp import geometry  # noqa: E402
+from el_jax import cli  # noqa: E402
 
 APPENDIX = dict(m=50, d=60, V=10, s=6)
 
@@ -88,4 +89,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-  main()
+  cli.script(main)

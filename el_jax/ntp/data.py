@@ -61,7 +61,7 @@ def validate(H, P, pi=None):
 
   Raises ValueError naming the offending row or dimension, because a silently
   renormalised or broadcast input would make every downstream certificate
-  meaningless.
+  meaningless. P and pi are checked by `validate_distributions`.
   """
   H = np.asarray(H, dtype=np.float64)
   P = np.asarray(P, dtype=np.float64)
@@ -76,11 +76,28 @@ def validate(H, P, pi=None):
     raise ValueError("H has embedding dimension d = 0 (dimension 1 of H)")
   if P.shape[0] != m:
     raise ValueError(f"shape mismatch: H has m = {m} rows but P has {P.shape[0]} rows")
-  if P.shape[1] == 0:
-    raise ValueError("P has vocabulary size V = 0 (dimension 1 of P)")
   bad = np.argwhere(~np.isfinite(H))
   if bad.size:
     raise ValueError(f"H has a non-finite entry at row {bad[0][0]}, column {bad[0][1]}")
+  P, pi = validate_distributions(P, pi)
+  return H, P, pi
+
+
+def validate_distributions(P, pi=None):
+  """Checks P (`[m, V]`, rows on the simplex) and pi (`[m]`, positive, summing to 1).
+
+  Returns float64 (P, pi) with pi uniform if None; the part of `validate`
+  that does not involve H (e.g. for `geometry.entropy`). Raises ValueError
+  naming the offending row, entry or dimension.
+  """
+  P = np.asarray(P, dtype=np.float64)
+  if P.ndim != 2:
+    raise ValueError(f"P must be [m, V]; got shape {P.shape}")
+  m = P.shape[0]
+  if m == 0:
+    raise ValueError("P has m = 0 contexts (dimension 0 of P)")
+  if P.shape[1] == 0:
+    raise ValueError("P has vocabulary size V = 0 (dimension 1 of P)")
   bad = np.argwhere(np.isnan(P))
   if bad.size:
     raise ValueError(f"P has a NaN entry at row {bad[0][0]}, column {bad[0][1]}")
@@ -104,7 +121,7 @@ def validate(H, P, pi=None):
       raise ValueError(f"pi[{bad[0]}] = {pi[bad[0]]} must be positive and finite")
     if abs(pi.sum() - 1.0) > ROW_SUM_ATOL:
       raise ValueError(f"pi sums to {pi.sum():.8g}, not 1")
-  return H, P, pi
+  return P, pi
 
 
 def from_arrays(H, P, pi=None, *, contexts=None, vocab=None):
@@ -239,8 +256,13 @@ def random_instance(m, d, V, support_size, *, seed=0, n_samples=None, supports=N
 # Fig. 1 supports: word 2 follows context 0 only, every other word follows two
 # contexts (paper: "word 3 follows one context only; the others follow two").
 FIG1_SUPPORTS = ((0, 1, 2), (0, 3, 4), (1, 3, 4))
+# The sizes `fig1_instance` is fixed at (`el_jax.ntp.train.validate_config`
+# refuses a fig1 config that asks for others).
+FIG1_SIZES = dict(m=3, d=2, V=5, support_size=3)
 
 
 def fig1_instance(seed=0):
   """The m=3, d=2, V=5, |S_j|=3 instance of the paper's Fig. 1 (our own draw)."""
-  return random_instance(3, 2, 5, 3, seed=seed, supports=FIG1_SUPPORTS)
+  s = FIG1_SIZES
+  return random_instance(s["m"], s["d"], s["V"], s["support_size"], seed=seed,
+                         supports=FIG1_SUPPORTS)

@@ -86,6 +86,28 @@ def metrics(W, arrs):
               dist_f=jnp.linalg.norm(project_f(W, H, f_j, f_C, f_pinv) - W_star))
 
 
+def check_count(name, value, minimum=1, why=""):
+  """`value` as an int >= `minimum`; ValueError naming `name` otherwise (bools are not counts)."""
+  if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+    raise ValueError(f"{name}={value!r} must be an integer >= {minimum}"
+                     + (f" ({why})" if why else ""))
+  return int(value)
+
+
+def check_lr(name, lr):
+  """`lr` as a float; ValueError unless it is a finite number > 0 (a negative step ascends)."""
+  try:
+    if isinstance(lr, (bool, str, bytes)) or np.ndim(lr):
+      raise TypeError
+    x = float(lr)
+  except (TypeError, ValueError):
+    raise ValueError(f"{name}={lr!r} must be a finite number > 0") from None
+  if not (np.isfinite(x) and x > 0):
+    why = " (a negative step runs gradient ascent)" if x < 0 else ""
+    raise ValueError(f"{name}={x!r} must be a finite number > 0{why}")
+  return x
+
+
 def _make_opt(name, lr):
   if name == "gd":
     return optax.sgd(lr)
@@ -95,7 +117,7 @@ def _make_opt(name, lr):
         lambda x: -lr * x / (jnp.linalg.norm(x) + 1e-300), g))
   if name == "adam":
     return optax.adam(lr)
-  raise ValueError(f"unknown optimizer {name!r}; valid: {OPTIMIZERS}")
+  raise ValueError(f"unknown optimizer {name!r}; valid: {', '.join(OPTIMIZERS)}")
 
 
 @functools.partial(jax.jit, static_argnames=("opt_name", "n_log", "log_every"))
@@ -127,7 +149,10 @@ def train(prob: Problem, optimizer="gd", lr=0.5, steps=1000, log_every=10, W0=No
   paper's iteration counts).
   """
   if optimizer not in OPTIMIZERS:
-    raise ValueError(f"unknown optimizer {optimizer!r}; valid: {OPTIMIZERS}")
+    raise ValueError(f"unknown optimizer {optimizer!r}; valid: {', '.join(OPTIMIZERS)}")
+  lr = check_lr("lr", lr)
+  steps = check_count("steps", steps)
+  log_every = check_count("log_every", log_every)
   if steps % log_every:
     raise ValueError(f"steps = {steps} must be a multiple of log_every = {log_every}")
   with jax.enable_x64(x64):
@@ -176,6 +201,13 @@ def regularization_path(prob: Problem, Bs, steps=3000, x64=True):
   Returns (W_B `[nB, V, d]`, dict of METRICS arrays over B). The paper's
   result: W_B / B -> W_mm / ||W_mm|| and CE(W_B) -> H as B grows.
   """
+  steps = check_count("steps", steps)
+  Bs = np.asarray(Bs, np.float64)
+  if Bs.ndim != 1 or not Bs.size:
+    raise ValueError(f"Bs must be a non-empty 1-D array of norm bounds; got shape {Bs.shape}")
+  bad = np.flatnonzero(~(np.isfinite(Bs) & (Bs > 0)))
+  if bad.size:
+    raise ValueError(f"norm bound Bs[{bad[0]}] = {Bs[bad[0]]} must be a finite number > 0")
   with jax.enable_x64(x64):
     dt = jnp.float64 if x64 else jnp.float32
     arrs = tuple(jnp.asarray(x, dt) for x in (prob.H, prob.P, prob.pi, prob.W_star,

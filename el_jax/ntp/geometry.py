@@ -36,9 +36,13 @@ COMPAT_RTOL = 1e-7
 
 
 def entropy(P, pi=None):
-  """H = -sum_j pi_j sum_{z in S_j} p_jz log p_jz, the lower bound of the NTP CE."""
-  P = np.asarray(P, dtype=np.float64)
-  pi = np.full(P.shape[0], 1.0 / P.shape[0]) if pi is None else np.asarray(pi, np.float64)
+  """H = -sum_j pi_j sum_{z in S_j} p_jz log p_jz, the lower bound of the NTP CE.
+
+  P and pi are checked like everywhere else (`data_lib.validate_distributions`):
+  NaN or infinite entries, negative entries, rows of P or a pi that do not sum
+  to 1 are a ValueError, not a meaningless number.
+  """
+  P, pi = data_lib.validate_distributions(P, pi)
   plogp = np.where(P > 0, P * np.log(np.where(P > 0, P, 1.0)), 0.0)
   return float(-(pi * plogp.sum(axis=1)).sum())
 
@@ -46,10 +50,21 @@ def entropy(P, pi=None):
 def cross_entropy(W, H, P, pi=None):
   """CE(W) = -sum_j pi_j sum_z p_jz log softmax(W h_j)_z (NumPy, float64)."""
   H, P, pi = data_lib.validate(H, P, pi)
-  L = H @ np.asarray(W, np.float64).T
+  L = H @ _check_W(W, P.shape[1], H.shape[1]).T
   L = L - L.max(axis=1, keepdims=True)
   logq = L - np.log(np.exp(L).sum(axis=1, keepdims=True))
   return float(-(pi * (P * logq).sum(axis=1)).sum())
+
+
+def _check_W(W, V, d, name="W"):
+  """W as float64 `[V, d]`; ValueError for another shape (no silent broadcast) or NaN/inf."""
+  W = np.asarray(W, dtype=np.float64)
+  if W.shape != (V, d):
+    raise ValueError(f"{name} must be [V, d] = [{V}, {d}]; got shape {W.shape}")
+  bad = np.argwhere(~np.isfinite(W))
+  if bad.size:
+    raise ValueError(f"{name} has a non-finite entry at row {bad[0][0]}, column {bad[0][1]}")
+  return W
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,8 +87,18 @@ def diff_matrix(a, b, V, *, as_sparse=False):
   """C `[R, V]` with row r = e_a[r] - e_b[r], the token part of the rows (e_a - e_b) h_j^T.
 
   The Gram matrix of such rows is (C C^T) * K[j][:, j] with K = H H^T.
-  `as_sparse`: a CSR matrix instead of a dense array.
+  `as_sparse`: a CSR matrix instead of a dense array. Token ids outside
+  [0, V) are a ValueError (a negative id would silently wrap around).
   """
+  a, b = np.asarray(a), np.asarray(b)
+  if a.ndim != 1 or a.shape != b.shape:
+    raise ValueError(f"a and b must be 1-D of one length; got shapes {a.shape} and {b.shape}")
+  if a.size and not (np.issubdtype(a.dtype, np.integer) and np.issubdtype(b.dtype, np.integer)):
+    raise ValueError(f"a and b must be integer token ids; got dtypes {a.dtype} and {b.dtype}")
+  for name, x in (("a", a), ("b", b)):
+    bad = np.flatnonzero((x < 0) | (x >= V))
+    if bad.size:
+      raise ValueError(f"{name}[{bad[0]}] = {x[bad[0]]} is not a token id in [0, V = {V})")
   R = len(a)
   if as_sparse:
     r = np.arange(R)
@@ -192,11 +217,12 @@ class Projector:
     return self.sys.rank
 
   def onto_f(self, W):
-    y = self.sys.pinv @ _apply_rows(self.sys, self.H, np.asarray(W, np.float64))
+    W = _check_W(W, self.V, self.H.shape[1])
+    y = self.sys.pinv @ _apply_rows(self.sys, self.H, W)
     return _apply_rows_t(self.sys, self.H, y, self.V)
 
   def onto_f_perp(self, W):
-    return np.asarray(W, np.float64) - self.onto_f(W)
+    return _check_W(W, self.V, self.H.shape[1]) - self.onto_f(W)
 
 
 def projector(H, P):
@@ -491,6 +517,8 @@ def ntp_svm(H, P, *, tol=None, polish=True, active_tol=1e-6, method="auto",
   """
   import clarabel
 
+  if method not in ("auto", "clarabel", "first_order"):
+    raise ValueError(f"unknown method {method!r}; valid: auto, clarabel, first_order")
   H, P, _ = data_lib.validate(H, P)
   S = P > 0
   m, d = H.shape
@@ -505,8 +533,6 @@ def ntp_svm(H, P, *, tol=None, polish=True, active_tol=1e-6, method="auto",
   if method == "first_order":
     return _ntp_svm_first_order(H, S, 1e-6 if tol is None else tol, max_iter, max_time,
                                 polish, active_tol)
-  if method != "clarabel":
-    raise ValueError(f"unknown method {method!r}")
   tol = 1e-9 if tol is None else tol
   M, sysf, gsys, B = _svm_dual(H, S)
   n = M.shape[0]
@@ -596,6 +622,12 @@ def check_infeasibility_certificate(H, P, Y):
   H, P, _ = data_lib.validate(H, P)
   S = P > 0
   Y = np.asarray(Y, np.float64)
+  if Y.shape != P.shape:
+    raise ValueError(f"certificate Y must be [m, V] = {list(P.shape)}; got shape {Y.shape}")
+  bad = np.argwhere(~np.isfinite(Y))
+  if bad.size:
+    raise ValueError(f"certificate Y has a non-finite entry at row {bad[0][0]}, "
+                     f"column {bad[0][1]}")
   s = Y[~S].sum()
   if s <= 0:
     return np.inf

@@ -70,12 +70,19 @@ def get_task_class(name):
   return target
 
 
-def run(config, workdir):
-  """Trains `config` in `workdir` with whatever its task is registered with."""
-  target = get(config.task)
+def run(config, workdir, allow_config_change=()):
+  """Trains `config` in `workdir` with whatever its task is registered with.
+
+  `allow_config_change`: config fields that may differ from those the workdir
+  was trained with (generic-loop tasks only; see `el_jax.train`).
+  """
+  target = get(config.get("task", "<absent>"))
   if is_task_class(target):
     from el_jax import train
-    return train.train_and_evaluate(config, workdir)
+    return train.train_and_evaluate(config, workdir, allow_config_change=allow_config_change)
+  if allow_config_change:
+    raise ValueError(f"--allow_config_change is not supported by config.task={config.task!r} "
+                     f"(it has a trainer of its own; start a new --workdir instead)")
   return target(config, workdir)
 
 

@@ -26,6 +26,8 @@ from typing import Any, Callable, ClassVar, Mapping
 import jax
 import numpy as np
 
+from el_jax import progress
+
 # Splits every task provides, in the order they are evaluated and reported.
 SPLITS = ("train", "valid", "test")
 
@@ -171,12 +173,15 @@ def map_padded(fn, arrays, per_call, multiple, sharding=None):
   `multiple`, e.g. whole contexts per device); the last chunk is padded with
   copies of its first row, whose outputs are dropped. `fn(*chunk)` returns an
   array or a tuple of arrays with a leading per-row axis. With `sharding`,
-  the chunk is put on the devices first.
+  the chunk is put on the devices first. Calls that take longer than a
+  couple of seconds in all report their progress (`el_jax.progress`).
   """
   n = arrays[0].shape[0]
   per_call = -(-max(per_call, 1) // multiple) * multiple
   outs = []
-  for lo in range(0, n, per_call):
+  starts = range(0, n, per_call)
+  # A long evaluation reports progress (el_jax.progress: labelled by the loop).
+  for lo in progress.iterate(starts, total=len(starts), unit="batch"):
     chunk = [a[lo:lo + per_call] for a in arrays]
     m = chunk[0].shape[0]
     if m < per_call:

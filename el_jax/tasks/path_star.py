@@ -61,7 +61,11 @@ def resolve_test_file(config, spec):
   f = config.data.test_file
   if not f:
     return ""
-  return f.format(degree=spec.degree, path_len=spec.path_len, num_nodes=spec.num_nodes)
+  try:
+    return f.format(degree=spec.degree, path_len=spec.path_len, num_nodes=spec.num_nodes)
+  except (KeyError, IndexError, ValueError) as e:
+    raise ValueError(f"data.test_file={f!r} is not a valid pattern ({type(e).__name__}: {e}); "
+                     f"the placeholders allowed are {{degree}}, {{path_len}}, {{num_nodes}}") from None
 
 
 def greedy_paths(graphdef, spec, variant, params, inputs_NxT):
@@ -112,8 +116,23 @@ class PathStarTask(base.Task):
       raise ValueError(f"train.batch_size={t.batch_size} must be >= 1")
     if d.num_train < t.batch_size:
       raise ValueError(f"data.num_train={d.num_train} < train.batch_size={t.batch_size}")
-    if d.num_valid < 1:
-      raise ValueError(f"data.num_valid={d.num_valid} must be >= 1")
+    for name, lo in (("num_train", 1), ("num_valid", 1), ("num_test", 0),
+                     ("eval_train_graphs", 1)):
+      v = d[name] if name in d else t[name]
+      if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+        key = f"data.{name}" if name in d else f"train.{name}"
+        raise ValueError(f"{key}={v!r} must be an integer >= {lo}"
+                         + (" (0 = every graph of data.test_file)" if name == "num_test" else ""))
+    if t.eval_batch_size < 1:
+      raise ValueError(f"train.eval_batch_size={t.eval_batch_size} must be >= 1")
+    if not d.test_file and d.num_test < 1:
+      raise ValueError("data.num_test=0 means every graph of data.test_file, but no "
+                       "data.test_file is set; give data.num_test >= 1 to generate test graphs")
+    if d.test_file:
+      path = resolve_test_file(config, graph_spec(config))
+      if not os.path.isfile(path):
+        raise ValueError(f"data.test_file: {path!r} does not exist (from the pattern "
+                         f"{d.test_file!r})")
 
   @classmethod
   def rows_per_step(cls, config):

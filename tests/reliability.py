@@ -1,0 +1,64 @@
+"""Helpers of the reliability suites (tests/test_reliability_*.py): run an entry point as a
+user would (a subprocess on the `test` configs) and check what it leaves behind."""
+import hashlib
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PATH_STAR_FILE = os.path.join(os.path.dirname(ROOT), "shared", "data", "path_star",
+                              "deg_2_path_3_nodes_50_test_20000.txt")
+
+
+def env(**extra):
+  e = dict(os.environ, JAX_PLATFORMS="cpu", EL_JAX_LOG_EVERY_S="10")
+  e.pop("EL_JAX_VERBOSE", None)
+  e.update({k: str(v) for k, v in extra.items()})
+  return e
+
+
+def run(*args, module="el_jax.main", timeout=300, **env_extra):
+  """`python -m <module> *args` from the repository root; returns the CompletedProcess."""
+  return subprocess.run([sys.executable, "-m", module, *map(str, args)], cwd=ROOT,
+                        env=env(**env_extra), capture_output=True, text=True, timeout=timeout)
+
+
+def start(*args, module="el_jax.main", **env_extra):
+  """The same as `run`, in the background (a Popen)."""
+  return subprocess.Popen([sys.executable, "-m", module, *map(str, args)], cwd=ROOT,
+                          env=env(**env_extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True)
+
+
+def last_line(proc):
+  lines = [line for line in proc.stderr.splitlines() if line.strip()]
+  return lines[-1] if lines else ""
+
+
+def assert_one_line_error(proc, pattern, status=2):
+  """Exit `status`, no traceback anywhere, and the last stderr line is `error: ...pattern...`."""
+  import re
+  out = proc.stdout + proc.stderr
+  assert proc.returncode == status, f"exit {proc.returncode}, wanted {status}:\n{out[-3000:]}"
+  assert "Traceback" not in out and "Exception ignored" not in out, out[-3000:]
+  line = last_line(proc)
+  assert line.startswith("error: "), out[-3000:]
+  assert re.search(pattern, line), f"{pattern!r} not in {line!r}"
+  return line
+
+
+def snapshot(folder):
+  """{relative path: sha256} of every file under `folder` (to show nothing was lost or changed)."""
+  out = {}
+  for dirpath, _, files in os.walk(folder):
+    for name in files:
+      path = os.path.join(dirpath, name)
+      with open(path, "rb") as f:
+        out[os.path.relpath(path, folder)] = hashlib.sha256(f.read()).hexdigest()
+  return out
+
+
+def read_jsonl(path):
+  import json
+  with open(path) as f:
+    return [json.loads(line) for line in f if line.strip()]

@@ -1,0 +1,185 @@
+"""Reliability, bad input: every mistake a user can make on the command line is one line.
+
+Each case runs `python -m el_jax.main` (or another entry point) as a user
+would, on the `test` configs, and checks: the exit status (2), that the last
+stderr line names the problem, that there is no traceback, and that nothing
+was started (no workdir) or changed (an existing workdir's files).
+"""
+import json
+import os
+
+import pytest
+
+import reliability as rel
+
+COPY = "--config=configs/copy_task.py:test"
+PATH_STAR = "--config=configs/path_star.py:test"
+
+# case: (extra arguments, regex the last stderr line must match)
+CONFIG_ERRORS = {
+    "num_steps_0": ([COPY, "--config.train.num_steps=0"], r"train\.num_steps=0 must be an integer >= 1"),
+    "batch_not_packable": ([COPY, "--config.train.batch_strings=15"],
+                           r"train\.batch_strings=15 is not a multiple of the 2 strings packed"),
+    "negative_lr": ([COPY, "--config.optim.lr=-1"], r"optim\.lr=-1\.0 must be a finite number > 0"),
+    "unknown_loss": ([COPY, "--config.loss.name=foo"],
+                     r"unknown loss 'foo'; valid names: \['ce', 'e1', 'e2', 'e3'\]"),
+    "negative_lam": ([COPY, "--config.loss.name=e1", "--config.loss.lam=-2"],
+                     r"loss\.lam must be a finite number >= 0"),
+    "heads_do_not_divide": ([COPY, "--config.model.num_heads=3"],
+                            r"model\.embed_dim=16 is not divisible by model\.num_heads=3"),
+    "num_test_0": ([COPY, "--config.data.num_test=0"], r"data\.num_test=0 must be >= 1"),
+    "seeds_not_ints": ([COPY, "--config.seeds=abc"], r"config\.seeds=\('abc',\) must be integers"),
+    "stop_at_negative": ([COPY, "--config.train.stop_at_step=-1"],
+                         r"train\.stop_at_step=-1 must be an integer >= 0"),
+    "unknown_optimizer": ([COPY, "--config.optim.name=lion"],
+                          r"optim\.name='lion'; allowed: \('adamw', 'adam', 'sgd'\)"),
+    "beta_out_of_range": ([COPY, "--config.optim.b2=1.5"], r"optim\.b2=1\.5 must be in \[0, 1\)"),
+    "stray_argument": ([COPY, "stray"], r"unexpected argument 'stray'"),
+    "unknown_flag": ([COPY, "--bogus=1"], r"Unknown command line flag 'bogus'"),
+    "unchangeable_field": ([COPY, "--allow_config_change=model.num_layers"],
+                           r"--allow_config_change cannot allow model\.num_layers: only optimizer"),
+    "test_file_pattern": ([PATH_STAR, "--config.data.test_file=/x/{foo}.txt"],
+                          r"data\.test_file='/x/\{foo\}\.txt' is not a valid pattern .*\{degree\}"),
+    "test_file_missing": ([PATH_STAR, "--config.data.test_file=/nonexistent/g.txt"],
+                          r"data\.test_file: '/nonexistent/g\.txt' does not exist"),
+    "path_star_num_test_negative": ([PATH_STAR, "--config.data.num_test=-1"],
+                                    r"data\.num_test=-1 must be an integer >= 0"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CONFIG_ERRORS))
+def test_config_error_is_one_line_and_starts_nothing(case, tmp_path):
+  args, pattern = CONFIG_ERRORS[case]
+  workdir = tmp_path / "run"
+  proc = rel.run(*args, f"--workdir={workdir}")
+  rel.assert_one_line_error(proc, pattern)
+  assert not workdir.exists(), "a refused run must not create its workdir"
+
+
+def _path_star_lines(n):
+  from el_jax.data import path_star
+  return path_star.generate_graphs(n, 2, 3, 12, seed=0).lines()  # the test config's G(2,3), 12 nodes
+
+
+@pytest.mark.parametrize("case", ["malformed", "empty", "node_out_of_range", "too_short"])
+def test_bad_path_star_test_file_is_named(case, tmp_path):
+  lines = _path_star_lines(5)
+  num_test = 20 if case == "too_short" else 0  # 0 = every graph of the file
+  if case == "malformed":
+    lines[2] = "garbage"
+    pattern = r"test\.txt:3: malformed path-star line"
+  elif case == "empty":
+    lines = []
+    pattern = r"test\.txt: no graphs"
+  elif case == "node_out_of_range":
+    edges, rest = lines[1].split("/", 1)
+    lines[1] = edges.replace(edges.split(",")[0], "77", 1) + "/" + rest
+    pattern = r"test\.txt:2: .*node id 77 >= num_nodes=12"
+  else:
+    pattern = r"test\.txt has 5 graphs, fewer than the 20 asked for \(data\.num_test\)"
+  path = tmp_path / "test.txt"
+  path.write_text("".join(line + "\n" for line in lines))
+  proc = rel.run(PATH_STAR, f"--workdir={tmp_path / 'run'}", f"--config.data.test_file={path}",
+                 f"--config.data.num_test={num_test}")
+  rel.assert_one_line_error(proc, pattern)
+
+
+def test_help_prints_usage():
+  proc = rel.run("--help")
+  assert proc.returncode == 0, proc.stderr
+  for text in ("--config=<path.py>[:<variant>]", "--workdir", "--allow_config_change",
+               "--verbose", "exit status 2"):
+    assert text in proc.stdout, text
+  demo = rel.run("--help", module="el_jax.demo")
+  assert demo.returncode == 0 and "--variant" in demo.stdout and "--reuse_from" in demo.stdout
+
+
+def test_verbose_shows_the_traceback(tmp_path):
+  proc = rel.run(COPY, "--config.train.num_steps=0", f"--workdir={tmp_path / 'a'}", "--verbose")
+  assert proc.returncode != 0 and "Traceback" in proc.stderr
+  proc = rel.run(COPY, "--config.train.num_steps=0", f"--workdir={tmp_path / 'b'}",
+                 EL_JAX_VERBOSE=1)
+  assert proc.returncode != 0 and "Traceback" in proc.stderr
+
+
+def test_workdir_of_another_config_is_refused_untouched(tmp_path):
+  workdir = tmp_path / "run"
+  first = rel.run(COPY, f"--workdir={workdir}", "--config.train.stop_at_step=4")
+  assert first.returncode == 0, first.stderr
+  before = rel.snapshot(workdir)
+  proc = rel.run(COPY, f"--workdir={workdir}", "--config.optim.lr=0.5")
+  rel.assert_one_line_error(proc, r"was trained with a different config \(optim\.lr: 0\.003 -> "
+                                  r"0\.5\).*--allow_config_change=optim\.lr")
+  proc = rel.run(COPY, f"--workdir={workdir}", "--config.model.num_layers=3")
+  line = rel.assert_one_line_error(proc, r"model\.num_layers: 2 -> 3")
+  assert "allow_config_change" not in line  # a model change cannot be allowed
+  assert rel.snapshot(workdir) == before
+
+
+def test_damaged_config_json_is_named(tmp_path):
+  workdir = tmp_path / "run"
+  workdir.mkdir()
+  (workdir / "config.json").write_text('{"task": "copy_ta')
+  proc = rel.run(COPY, f"--workdir={workdir}")
+  rel.assert_one_line_error(proc, r"config\.json is damaged .*move the workdir away")
+  assert (workdir / "config.json").read_text() == '{"task": "copy_ta'
+
+
+def test_unwritable_workdir_is_one_line(tmp_path):
+  blocker = tmp_path / "file"
+  blocker.write_text("not a folder")
+  proc = rel.run(COPY, f"--workdir={blocker / 'run'}")
+  rel.assert_one_line_error(proc, r"cannot use workdir .*run: (Not a directory|File exists) "
+                                  r".*give a --workdir in a folder you can write to")
+
+
+def test_other_entry_points_share_the_error_surface(tmp_path):
+  proc = rel.run("--seeds=x", f"--workdir={tmp_path}", module="el_jax.demo")
+  rel.assert_one_line_error(proc, r"--seeds=x must be integers")
+  proc = rel.run("--runs=nope", f"--workdir={tmp_path}", module="el_jax.demo")
+  rel.assert_one_line_error(proc, r"unknown demo runs \['nope'\]; valid runs: \['ce'")
+  proc = rel.run(COPY, "--config.model.num_heads=3", module="el_jax.bench")
+  rel.assert_one_line_error(proc, r"not divisible by model\.num_heads=3")
+  proc = rel.run(COPY, "--config.loss.name=foo", module="el_jax.flatness.bench")
+  rel.assert_one_line_error(proc, r"unknown loss 'foo'")
+  ntp = rel.run("--config=configs/ntp_linear.py:test", f"--workdir={tmp_path / 'ntp'}",
+                "--config.steps=0")
+  rel.assert_one_line_error(ntp, r"steps=0 must be an integer >= 1")
+
+
+def test_finished_run_talks(tmp_path):
+  workdir = tmp_path / "run"
+  proc = rel.run(COPY, f"--workdir={workdir}")
+  assert proc.returncode == 0, proc.stderr
+  summary = workdir / "summary.json"
+  assert f"results: {summary}" in proc.stderr
+  assert "split  em_easy  cl_easy  em_hard  cl_hard  em_all  cl_all" in proc.stderr
+  test_row = [line for line in proc.stderr.splitlines() if line.startswith("test ")][0]
+  agg = json.loads(summary.read_text())["aggregate"]
+  assert test_row.split()[1] == f"{agg['test_em_easy']['mean']:.3f}"
+  again = rel.run(COPY, f"--workdir={workdir}")
+  assert again.returncode == 0 and "already finished; nothing to train" in again.stderr
+  assert f"results: {summary}" in again.stderr
+
+
+def test_progress_lines_in_a_log_file(tmp_path):
+  proc = rel.run(COPY, f"--workdir={tmp_path / 'run'}", "--config.progress=True",
+                 "--config.train.num_steps=40", "--config.train.eval_every=0",
+                 EL_JAX_LOG_EVERY_S=0)
+  assert proc.returncode == 0, proc.stderr
+  lines = [line for line in proc.stderr.splitlines() if line.startswith("seed 0: step ")]
+  assert len(lines) >= 10, proc.stderr
+  assert any("loss " in line and "steps/s" in line for line in lines), lines
+  assert lines[-1].startswith("seed 0: step 40/40") and "done in" in lines[-1]
+  assert any(line.startswith("seed 0 step 40: evaluating test: batch ")
+             for line in proc.stderr.splitlines()), proc.stderr
+  quiet = rel.run(COPY, f"--workdir={tmp_path / 'quiet'}", "--config.progress=False",
+                  EL_JAX_LOG_EVERY_S=0)
+  assert not [line for line in quiet.stderr.splitlines() if ": step " in line]
+
+
+def test_stop_at_step_says_so(tmp_path):
+  proc = rel.run(COPY, f"--workdir={tmp_path / 'run'}", "--config.train.stop_at_step=4")
+  assert proc.returncode == 0
+  assert rel.last_line(proc) == ("seed 0: stopped at step 4 (train.stop_at_step); run again "
+                                 "without it to continue to step 8")

@@ -266,8 +266,11 @@ class MetricsWriter:
       self._rewrite(keep)
 
 
-def _checkpoint_manager(path, every):
-  options = ocp.CheckpointManagerOptions(max_to_keep=2, save_interval_steps=max(every, 1),
+def _checkpoint_manager(path, every, keep=2):
+  """Orbax manager keeping the newest `keep` checkpoints (0 = every one, e.g. to measure
+  flatness and probes along training; `train.keep_checkpoints`)."""
+  options = ocp.CheckpointManagerOptions(max_to_keep=keep or None,
+                                         save_interval_steps=max(every, 1),
                                          enable_async_checkpointing=False, create=True)
   return ocp.CheckpointManager(os.path.abspath(path), options=options)
 
@@ -369,6 +372,31 @@ def _settle(buf, quiet_s=0.3, max_s=3.0):
     time.sleep(quiet_s)
 
 
+def checkpoint_steps(workdir, seed):
+  """Sorted steps of the checkpoints of `seed` in `workdir`."""
+  d = os.path.join(workdir, f"seed_{seed}", "checkpoints")
+  return sorted(int(n) for n in os.listdir(d) if n.isdigit()) if os.path.isdir(d) else []
+
+
+def restore_params(trainer, workdir, seed, step=None):
+  """The params of `seed`'s checkpoint at `step` (default: the newest) in `workdir`
+  (for measurements on saved checkpoints: flatness, probes)."""
+  steps = checkpoint_steps(workdir, seed)
+  if not steps or (step is not None and step not in steps):
+    raise ValueError(f"no checkpoint of seed {seed} at step {step} in {workdir}; "
+                     f"saved steps: {steps}")
+  mngr = _checkpoint_manager(os.path.join(workdir, f"seed_{seed}", "checkpoints"), 1, keep=0)
+  try:
+    step = steps[-1] if step is None else step
+    target = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+                          trainer.abstract_state, trainer.state_sharding)
+    with _quiet_async_noise():
+      state = mngr.restore(step, args=ocp.args.StandardRestore(target))
+    return state["params"]
+  finally:
+    mngr.close()
+
+
 def latest_checkpoint_step(seed_dir):
   """The newest checkpoint step under `<seed_dir>/checkpoints` (None if there is none)."""
   d = os.path.join(seed_dir, "checkpoints")
@@ -429,7 +457,8 @@ def train_seed(trainer: Trainer, seed, workdir, writer, flat_hook=None):
           file=sys.stderr)
     writer.truncate(seed, latest)  # rows a killed run logged past its last checkpoint
     return None
-  mngr = _checkpoint_manager(os.path.join(sdir, "checkpoints"), tcfg.checkpoint_every)
+  mngr = _checkpoint_manager(os.path.join(sdir, "checkpoints"), tcfg.checkpoint_every,
+                             tcfg.get("keep_checkpoints", 2))
   try:
     return _train_seed(trainer, seed, writer, flat_hook, mngr, stop, final_path)
   finally:
@@ -533,7 +562,7 @@ def _check_and_log(pending, seed, st, writer, bar, t0):
 # stopping). Each task adds its own (`Task.resumable_fields`).
 RESUMABLE_FIELDS = frozenset({
     "seeds", "progress", "num_devices", "train.stop_at_step", "train.log_every",
-    "train.eval_every", "train.checkpoint_every"})
+    "train.eval_every", "train.checkpoint_every", "train.keep_checkpoints"})
 
 
 def resumable_fields(config):
@@ -724,8 +753,9 @@ def validate_config(config):
   for name in ("num_steps", "log_every", "checkpoint_every"):
     if _not_int(t[name]) or t[name] < 1:
       raise ValueError(f"train.{name}={t[name]!r} must be an integer >= 1")
-  for name, meaning in (("eval_every", "0 = only at the end"), ("stop_at_step", "0 = train to "
-                                                                 "train.num_steps")):
+  for name, meaning in (("eval_every", "0 = only at the end"),
+                        ("stop_at_step", "0 = train to train.num_steps"),
+                        ("keep_checkpoints", "0 = keep every checkpoint")):
     val = t.get(name, 0)
     if _not_int(val) or val < 0:
       raise ValueError(f"train.{name}={val!r} must be an integer >= 0 ({meaning})")

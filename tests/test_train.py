@@ -438,7 +438,8 @@ def test_evaluate_counts_em_and_cl_per_group():
     assert out[f"cl_{g}"] == pytest.approx(np.mean(cl_per_string[sel])), g
 
 
-@pytest.mark.parametrize("preset", decoder.PRESETS)
+@pytest.mark.parametrize("preset", [p for p in decoder.PRESETS if decoder.preset(
+    p, vocab_size=2).causal])  # the bidirectional "encoder": tests/test_mlm.py
 @pytest.mark.parametrize("doc_mask", [False, True], ids=["packed", "doc_mask"])
 def test_decoder_is_causal_by_gradients(preset, doc_mask, monkeypatch):
   """d logits[t] / d (embedding at s) is zero for s > t, and across strings with doc_mask."""

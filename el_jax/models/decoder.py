@@ -25,7 +25,7 @@ import numpy as np
 from flax import nnx
 
 POSITIONS = ("rotary", "learned")
-PRESETS = ("gpt_neox", "gpt2")
+PRESETS = ("gpt_neox", "gpt2", "encoder")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +40,7 @@ class DecoderConfig:
   parallel_residual: bool = True  # GPT-NeoX style x + attn(ln1 x) + mlp(ln2 x)
   tie_embeddings: bool = False  # GPT-2 ties the unembedding to the embedding
   doc_mask: bool = False  # restrict attention to tokens of the same segment
+  causal: bool = True  # False: bidirectional attention (an encoder, e.g. for masked LM)
   rotary_base: float = 10000.0
   init_std: float = 0.02
   dtype: str = "float32"  # compute dtype: "float32" | "bfloat16"
@@ -89,6 +90,8 @@ def preset(name, **overrides):
     base = dict(position="rotary", parallel_residual=True, tie_embeddings=False)
   elif name == "gpt2":
     base = dict(position="learned", parallel_residual=False, tie_embeddings=True)
+  elif name == "encoder":  # BERT-style bidirectional encoder (pre-LN, learned positions, tied)
+    base = dict(position="learned", parallel_residual=False, tie_embeddings=True, causal=False)
   else:
     raise ValueError(f"unknown model preset {name!r}; valid presets: {PRESETS}")
   base.update(overrides)
@@ -178,7 +181,7 @@ class Block(nnx.Module):
 
 
 class Decoder(nnx.Module):
-  """Causal decoder: tokens [B, T] -> logits [B, T, V] (float32)."""
+  """Transformer: tokens [B, T] -> logits [B, T, V] (float32); causal unless `cfg.causal=False`."""
 
   def __init__(self, cfg: DecoderConfig, *, rngs: nnx.Rngs):
     self.cfg = cfg
@@ -191,6 +194,27 @@ class Decoder(nnx.Module):
       self.unembed = nnx.Linear(cfg.embed_dim, cfg.vocab_size, use_bias=False,
                                 kernel_init=_normal(cfg.init_std), rngs=rngs)
 
+  def features(self, tokens_BxT, segment_ids_BxT=None, positions_P=None):
+    """The final hidden states (after the last LayerNorm): `[B, T, D]` (or `[B, P, D]`)."""
+    cfg = self.cfg
+    _, t = tokens_BxT.shape
+    if t > cfg.max_len:
+      raise ValueError(f"sequence length {t} exceeds model.max_len={cfg.max_len}")
+    x = self.embed(tokens_BxT)
+    if cfg.position == "learned":
+      x = x + self.pos_embed[...][None, :t]
+    mask_BxTxT = (jnp.tril(jnp.ones((t, t), dtype=bool)) if cfg.causal
+                  else jnp.ones((t, t), dtype=bool))[None]
+    if cfg.doc_mask:
+      if segment_ids_BxT is None:
+        raise ValueError("model.doc_mask=True needs segment_ids")
+      same = segment_ids_BxT[:, :, None] == segment_ids_BxT[:, None, :]
+      mask_BxTxT = jnp.logical_and(mask_BxTxT, same)
+    for i, block in enumerate(self.blocks):
+      last = i == len(self.blocks) - 1
+      x = block(x, mask_BxTxT, positions_P if last else None)
+    return self.ln_f(x)
+
   def __call__(self, tokens_BxT, segment_ids_BxT=None, positions_P=None):
     """Logits `[B, T, V]`, or `[B, P, V]` at the static `positions_P` only.
 
@@ -200,23 +224,7 @@ class Decoder(nnx.Module):
     the other positions.
     """
     cfg = self.cfg
-    _, t = tokens_BxT.shape
-    if t > cfg.max_len:
-      raise ValueError(f"sequence length {t} exceeds model.max_len={cfg.max_len}")
-    x = self.embed(tokens_BxT)
-    if cfg.position == "learned":
-      x = x + self.pos_embed[...][None, :t]
-    causal_TxT = jnp.tril(jnp.ones((t, t), dtype=bool))
-    mask_BxTxT = causal_TxT[None]
-    if cfg.doc_mask:
-      if segment_ids_BxT is None:
-        raise ValueError("model.doc_mask=True needs segment_ids")
-      same = segment_ids_BxT[:, :, None] == segment_ids_BxT[:, None, :]
-      mask_BxTxT = jnp.logical_and(mask_BxTxT, same)
-    for i, block in enumerate(self.blocks):
-      last = i == len(self.blocks) - 1
-      x = block(x, mask_BxTxT, positions_P if last else None)
-    x = self.ln_f(x)
+    x = self.features(tokens_BxT, segment_ids_BxT, positions_P)
     if cfg.tie_embeddings:
       logits = self.embed.attend(x)
     else:
@@ -236,6 +244,11 @@ def init(cfg: DecoderConfig, seed: int):
 def apply(graphdef, params, tokens_BxT, segment_ids_BxT=None, positions_P=None):
   """Pure forward pass over a params pytree (see `Decoder.__call__`)."""
   return nnx.merge(graphdef, params)(tokens_BxT, segment_ids_BxT, positions_P)
+
+
+def features(graphdef, params, tokens_BxT, segment_ids_BxT=None):
+  """Pure final hidden states `[B, T, D]` (the representation probes read)."""
+  return nnx.merge(graphdef, params).features(tokens_BxT, segment_ids_BxT)
 
 
 def num_params(params):

@@ -318,15 +318,18 @@ def compare(a, b):
 
 def summary_table(summary, digits=3):
   """The per-split x group table of a summary: one row per split, one column per
-  `<metric>_<group>` (mean (min, max) over seeds when there are several)."""
+  `<metric>_<group>` (or per metric, for a task without groups; mean (min, max) over
+  seeds when there are several)."""
   from el_jax.tasks import SPLITS
   agg = summary.get("aggregate", {})
   groups = (*summary.get("groups", ()), "all")
-  cols = []
+  cols, plain = [], []
   for key in agg:
     split, _, metric = key.partition("_")
-    if split == SPLITS[0] and metric.rsplit("_", 1)[-1] in groups:
-      cols.append(metric)
+    if split == SPLITS[0]:
+      (cols if metric.rsplit("_", 1)[-1] in groups else plain).append(metric)
+  # A task without group-wise metrics (e.g. mlm): its metrics, less the counts.
+  cols = cols or [m for m in plain if m != "n" and not m.startswith("n_")]
   if not cols:
     return ""
   several = len(summary.get("seeds", ())) > 1

@@ -379,22 +379,46 @@ def checkpoint_steps(workdir, seed):
 
 
 def restore_params(trainer, workdir, seed, step=None):
-  """The params of `seed`'s checkpoint at `step` (default: the newest) in `workdir`
-  (for measurements on saved checkpoints: flatness, probes)."""
+  """The params of `seed`'s checkpoint at `step` (default: the newest) in `workdir`,
+  for measurements on saved checkpoints (flatness, probes). The run may have used
+  another optimizer than `trainer`: only the params are read."""
+  params, _ = load_params_from(workdir, seed, trainer.abstract_state["params"],
+                               trainer.state_sharding["params"], step)
+  return params
+
+
+def _path_names(path):
+  return tuple(str(getattr(k, "key", getattr(k, "idx", getattr(k, "name", k)))) for k in path)
+
+
+def load_params_from(workdir, seed, abstract_params, sharding, step=None):
+  """(params, step): the params of `seed`'s checkpoint at `step` (default: the newest) in
+  a run's `workdir`, in the structure of `abstract_params` (that run may have used another
+  optimizer: only its params are read). A missing or mis-shaped leaf is a ValueError."""
   steps = checkpoint_steps(workdir, seed)
   if not steps or (step is not None and step not in steps):
-    raise ValueError(f"no checkpoint of seed {seed} at step {step} in {workdir}; "
-                     f"saved steps: {steps}")
+    raise ValueError(f"{workdir} has no checkpoint of seed {seed}"
+                     + (f" at step {step}" if step is not None else "")
+                     + f"; saved steps: {steps}")
+  step = steps[-1] if step is None else step
   mngr = _checkpoint_manager(os.path.join(workdir, f"seed_{seed}", "checkpoints"), 1, keep=0)
   try:
-    step = steps[-1] if step is None else step
-    target = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
-                          trainer.abstract_state, trainer.state_sharding)
     with _quiet_async_noise():
-      state = mngr.restore(step, args=ocp.args.StandardRestore(target))
-    return state["params"]
+      raw = mngr.restore(step, args=ocp.args.StandardRestore())["params"]
   finally:
     mngr.close()
+  have = {_path_names(p): v for p, v in jax.tree_util.tree_flatten_with_path(raw)[0]}
+  paths, treedef = jax.tree_util.tree_flatten_with_path(abstract_params)
+  leaves = []
+  for path, want in paths:
+    name = _path_names(path)
+    got = have.get(name)
+    if got is None or tuple(got.shape) != tuple(want.shape):
+      raise ValueError(f"{workdir} (step {step}): parameter {'.'.join(name)} is "
+                       f"{'missing' if got is None else tuple(got.shape)}, this model needs "
+                       f"{tuple(want.shape)}; it must be a run of the same model")
+    leaves.append(jnp.asarray(got, want.dtype))
+  return jax.device_put(jax.tree_util.tree_unflatten(treedef, leaves), sharding), step
 
 
 def latest_checkpoint_step(seed_dir):
@@ -473,6 +497,14 @@ def _train_seed(trainer, seed, writer, flat_hook, mngr, stop, final_path):
   if state is None:
     state = trainer.init(seed)
     start = 0
+    if tcfg.get("init_from", ""):  # continue another run's parameters with a fresh optimizer
+      params, from_step = load_params_from(tcfg.init_from, seed,
+                                           trainer.abstract_state["params"],
+                                           trainer.state_sharding["params"])
+      state = jax.device_put({"params": params, "opt_state": st.tx.init(params),
+                              "step": state["step"]}, trainer.state_sharding)
+      print(f"seed {seed}: starting from the parameters of {tcfg.init_from} (step "
+            f"{from_step}) with a fresh optimizer", file=sys.stderr)
   else:
     start = int(state["step"])
     print(f"seed {seed}: resuming from the checkpoint of step {start}", file=sys.stderr)
@@ -759,6 +791,10 @@ def validate_config(config):
     val = t.get(name, 0)
     if _not_int(val) or val < 0:
       raise ValueError(f"train.{name}={val!r} must be an integer >= 0 ({meaning})")
+  src = t.get("init_from", "")
+  if src and not os.path.isdir(os.path.join(src, f"seed_{int(seeds[0])}", "checkpoints")):
+    raise ValueError(f"train.init_from={src!r} is not a workdir with checkpoints of seed "
+                     f"{int(seeds[0])}; give a finished run of the same model (or '' = none)")
   if not isinstance(config.get("progress", True), bool):
     raise ValueError(f"progress={config.progress!r} must be True or False")
   n = config.get("num_devices", 0)

@@ -1,7 +1,8 @@
 """Notebooks are code: paired with their jupytext .py, stripped of outputs, executed.
 
-Every colab/*.ipynb is checked for sync with its .py; only copy_task.ipynb is
-executed here (colab/ntp_linear.ipynb runs in tests/test_ntp_notebook.py).
+Every colab/*.ipynb is checked for sync with its .py; copy_task.ipynb and
+mlm_flatness.ipynb are executed here (colab/ntp_linear.ipynb runs in
+tests/test_ntp_notebook.py).
 """
 import glob
 import os
@@ -58,3 +59,20 @@ def test_copy_task_notebook_runs(tmp_path, monkeypatch):
   assert len(images) == 5  # loss easy/hard, accuracy per run (3), summary
   for run in ("ce", "ce_warmup", "e1_warmup"):
     assert (tmp_path / run / "seed_0" / "final.json").exists()
+
+
+def test_mlm_flatness_notebook_runs(tmp_path, monkeypatch):
+  monkeypatch.setenv("EL_JAX_NOTEBOOK_VARIANT", "test")
+  monkeypatch.setenv("EL_JAX_NOTEBOOK_WORKDIR", str(tmp_path / "run"))
+  monkeypatch.setenv("EL_JAX_CACHE", str(tmp_path / "cache"))
+  monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+  nb = nbformat.read(os.path.join(ROOT, "colab", "mlm_flatness.ipynb"), as_version=4)
+  NotebookClient(nb, timeout=300, kernel_name="python3",
+                 resources={"metadata": {"path": ROOT}}).execute()
+  outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+  text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
+  assert "variant 'test'" in text and "optimal one-token MLM loss" in text, text
+  for needle in ("gap to the optimum", "Tr(H), B.1 estimator", "task C probe test accuracy"):
+    assert needle in text, text
+  assert (tmp_path / "run" / "seed_0" / "final.json").exists()
+  assert [o for o in outputs if "data" in o and "image/png" in o.data]  # the gap plot

@@ -23,6 +23,7 @@ from el_jax.tasks.base import SPLITS, Task
 REGISTRY = {
     "copy_task": "el_jax.tasks.copy_task:CopyTask",
     "path_star": "el_jax.tasks.path_star:PathStarTask",
+    "mlm": "el_jax.tasks.mlm:MLMTask",
     "ntp_linear": "el_jax.ntp.train:train_and_evaluate",
 }
 _loaded = {}

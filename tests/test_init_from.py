@@ -1,0 +1,53 @@
+"""train.init_from (continue another run's parameters with a fresh optimizer), reading
+params of saved checkpoints (train.restore_params) and keeping every checkpoint."""
+import jax
+import numpy as np
+import pytest
+
+from el_jax import runner
+from el_jax import train
+
+
+def _config(**overrides):
+  cfg = runner.get_config("copy_task", "test", {"num_devices": 1, **overrides})
+  return cfg
+
+
+def test_init_from_starts_at_the_other_runs_parameters(tmp_path):
+  first = _config()
+  first.train.keep_checkpoints = 0  # keep every checkpoint (steps 4 and 8)
+  a = train.train_and_evaluate(first, str(tmp_path / "a"))
+  assert train.checkpoint_steps(str(tmp_path / "a"), 0) == [4, 8]
+
+  second = _config(**{"optim.name": "sgd", "optim.lr": 1e-9})
+  second.train.init_from = str(tmp_path / "a")
+  b_dir = str(tmp_path / "b")
+  train.train_and_evaluate(second, b_dir)
+  rows = runner.read_metrics(b_dir)
+  step0 = [r for r in rows if r["kind"] == "eval" and r["step"] == 0][0]
+  final_a = a["per_seed"][0]
+  for key in ("train_em_all", "test_cl_all", "valid_cl_hard"):
+    assert step0[key] == final_a[key], key  # same parameters, evaluated again
+
+  trainer = train.Trainer(train.Setup(second))  # an SGD trainer reads the AdamW run's params
+  p8 = train.restore_params(trainer, str(tmp_path / "a"), 0)
+  p4 = train.restore_params(trainer, str(tmp_path / "a"), 0, step=4)
+  pb = train.restore_params(trainer, b_dir, 0)
+  leaves = lambda t: jax.tree.leaves(jax.device_get(t))  # noqa: E731
+  diff48 = max(float(np.abs(x - y).max()) for x, y in zip(leaves(p8), leaves(p4)))
+  diffb8 = max(float(np.abs(x - y).max()) for x, y in zip(leaves(p8), leaves(pb)))
+  assert diff48 > 1e-4 and diffb8 < 1e-6  # lr 1e-9: b barely moved from a's step 8
+  with pytest.raises(ValueError, match=r"no checkpoint of seed 0 at step 5; saved steps: \[4, 8\]"):
+    train.restore_params(trainer, str(tmp_path / "a"), 0, step=5)
+
+
+def test_init_from_a_different_model_names_the_parameter(tmp_path):
+  train.train_and_evaluate(_config(), str(tmp_path / "a"))
+  other = _config(**{"model.num_layers": 3})
+  other.train.init_from = str(tmp_path / "a")
+  with pytest.raises(ValueError, match=r"parameter blocks\.2\..* is missing, this model needs"):
+    train.train_and_evaluate(other, str(tmp_path / "c"))
+  missing = _config()
+  missing.train.init_from = str(tmp_path / "nowhere")
+  with pytest.raises(ValueError, match=r"train\.init_from=.*nowhere.* is not a workdir"):
+    train.validate_config(missing)

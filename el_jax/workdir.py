@@ -43,6 +43,7 @@ def write_text(path, text):
   d = os.path.dirname(os.path.abspath(path))
   fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp", dir=d)
   try:
+    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a plain open() would not
     with os.fdopen(fd, "w") as f:
       f.write(text)
       f.flush()
@@ -52,6 +53,12 @@ def write_text(path, text):
     if os.path.exists(tmp):
       os.unlink(tmp)
     raise
+
+
+def _umask():
+  mask = os.umask(0)
+  os.umask(mask)
+  return mask
 
 
 def read_json(path, what=None):

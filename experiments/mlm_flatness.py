@@ -124,11 +124,11 @@ class Measurer:
     for r, b in enumerate(self.flat_batches):
       res = flatness.fisher_trace(self.logits_fn, params, b, key=jax.random.key(1000 + r),
                                   num_samples=args.fisher_samples, probe="labels",
-                                  validate=r == 0)
+                                  chunk_size=args.chunk, validate=r == 0)
       fisher.append(res.estimate)
     hutch = flatness.hessian_trace_over_batches(
         self.loss_fn, params, self.flat_batches, key=jax.random.key(7),
-        num_probes=args.hutchinson_probes)
+        num_probes=args.hutchinson_probes, chunk_size=2)
     return {"trace_b1": float(np.mean(fisher)), "trace_b1_std": float(np.std(fisher, ddof=1)),
             "trace_b1_reps": fisher, "trace_hutchinson": hutch.estimate,
             "trace_hutchinson_stderr": hutch.stderr}
@@ -202,7 +202,8 @@ def figure_training(language, args):
   m = Measurer(cfg, args, language)
   points = []
   from el_jax import train
-  steps = train.checkpoint_steps(sgd_dir, 0)
+  every = args.measure_every or args.every
+  steps = [s for s in train.checkpoint_steps(sgd_dir, 0) if s % every == 0]
   # The converged AdamW model is the start of the SGD phase (step 0).
   entries = [(base_dir, base_steps, 0)] + [(sgd_dir, s, s) for s in steps]
   for d, ck, sgd_step in entries:
@@ -246,9 +247,13 @@ def _trend(points, x):
 def train_sizes(language, args):
   out = {}
   for s in args.sizes.split(","):
+    steps = {"train.num_steps": args.size_steps} if args.size_steps else {}
     cfg = runner.get_config(f"{language}_mlm", args.size, {**parse_size(s), "seeds": (0,),
-                                                            "train.num_steps": args.size_steps})
+                                                            **steps})
     d = os.path.join(args.runs, f"{language}_size_{s.replace('/', '-')}")
+    # A size equal to the `cpu` model (128/2/4/512) reuses the Figure 3 AdamW run.
+    found = runner.find_finished(cfg, [d, *runner.run_dirs(os.path.join(args.runs, "*"))])
+    d = found[0] if found else d
     runner.run_or_reuse(cfg, d)
     out[s] = (cfg, d)
   return out
@@ -316,7 +321,8 @@ def plot(result, path):
   ax[2].set_title("linear probe test accuracy (%)")
   ax[2].legend()
   for a in ax:
-    a.set_xlabel("SGD step after convergence" if x_key == "sgd_step" else "model size")
+    a.set_xlabel("SGD step (after the AdamW pre-training)" if x_key == "sgd_step"
+                 else "model size")
     if x_key == "size":
       a.set_xticks(xs, [p["size"] for p in pts], rotation=20, fontsize=7)
   fig.suptitle(f"{result['language']}: {result['figure']} ({result['size']}); "
@@ -339,13 +345,16 @@ def main(argv=None):
   ap.add_argument("--pilot_tol", type=float, default=0.01)
   ap.add_argument("--sgd_warmup", type=int, default=100)
   ap.add_argument("--sgd_steps", type=int, default=6000)
-  ap.add_argument("--every", type=int, default=1500)
+  ap.add_argument("--every", type=int, default=1500, help="SGD steps between checkpoints")
+  ap.add_argument("--measure_every", type=int, default=0,
+                  help="measure the checkpoints at multiples of this (0 = every checkpoint)")
   ap.add_argument("--sizes", default=SIZES)
-  ap.add_argument("--size_steps", type=int, default=4000)
+  ap.add_argument("--size_steps", type=int, default=0, help="0 = the variant's train.num_steps")
   ap.add_argument("--flat_inputs", type=int, default=200)
   ap.add_argument("--flat_reps", type=int, default=5)
   ap.add_argument("--fisher_samples", type=int, default=50)
   ap.add_argument("--hutchinson_probes", type=int, default=10)
+  ap.add_argument("--chunk", type=int, default=4, help="examples vmapped at once (memory)")
   ap.add_argument("--probe_train", type=int, default=4000)
   ap.add_argument("--probe_valid", type=int, default=1000)
   ap.add_argument("--probe_test", type=int, default=2000)

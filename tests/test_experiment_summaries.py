@@ -95,3 +95,26 @@ def test_comparisons_recorded_in_experiment_json_match_their_per_seed_values():
     assert c["mean_a"] == np.mean(va)
     checked += 1
   assert checked > 0
+
+
+def test_mlm_flatness_comparisons_and_readme_rows_match_their_points():
+  """results/mlm_flatness: the first-vs-last comparisons recompute from the stored points,
+  and every README row of the Figure 1 / 3 tables is the JSON rounded."""
+  from el_jax import runner
+  readme = open(os.path.join(ROOT, "README.md")).read()
+  for lang in ("pcfg", "hmm"):
+    with open(os.path.join(ROOT, "results", "mlm_flatness", f"training_{lang}.json")) as f:
+      r = json.load(f)
+    first, last = r["points"][0], r["points"][-1]
+    got = runner.compare(last["trace_b1_reps"], first["trace_b1_reps"])
+    assert got == r["comparison"]["trace_b1_change"]
+    for task, c in r["comparison"]["probe"].items():
+      got = runner.compare(last["probe"][task]["test_acc"], first["probe"][task]["test_acc"])
+      assert {k: c[k] for k in got} == got
+    for p in r["points"]:
+      pr = next(iter(p["probe"].values()))
+      row = (f"| {p['sgd_step']} | {p['valid_mlm_loss']:.4f} | {p['valid_gap']:.4f} | "
+             f"{p['trace_b1']:.1f} ({p['trace_b1_std']:.1f}) | {p['trace_hutchinson']:.1f} "
+             f"({p['trace_hutchinson_stderr']:.1f}) | {100 * pr['test_acc_mean']:.2f} "
+             f"({100 * pr['test_acc_std']:.2f}) |")
+      assert row in readme, row

@@ -5,12 +5,17 @@ initialisations of the decoder on the fixed datasets of the task registered
 under `config.task` (`el_jax.tasks`: the task supplies data, batches, metric
 groups and evaluation; this module names no task). Layout of `workdir`:
 
-  config.json            the config it was trained with (a different one is refused)
+  config.json            the config it was trained with (a different one is refused, except
+                         fields named by `allow_config_change`, logged in `config_changes`)
+  .lock                  pid / host of the run using the workdir (`el_jax.workdir.Lock`)
   metrics.jsonl          one JSON row per log / eval / flatness event (field `seed`)
   summary.json           final metrics per split, per seed and aggregated over seeds
-  seed_<s>/checkpoints/  orbax checkpoints (automatic resume)
+  seed_<s>/checkpoints/  orbax checkpoints (automatic resume; `train.keep_checkpoints`)
   seed_<s>/final.json    final evaluation of that seed (a finished seed is skipped on re-run)
   *.png                  the task's plots
+
+JSON files are written atomically; a torn last metrics line, a damaged final.json /
+summary.json or checkpoint are handled on resume (see `train_seed`, `MetricsWriter`).
 
 The train step is a pure module-level function over a state pytree
 (params, optimizer state, step), jitted with the state donated, params

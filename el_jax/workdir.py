@@ -11,6 +11,7 @@ Every expected fault is a `WorkdirError` (a ValueError) whose one-line message
 names the file and what to do; `el_jax.cli.main_guard` prints it without a
 traceback.
 """
+import contextlib
 import datetime
 import json
 import os
@@ -39,13 +40,23 @@ def write_json(path, obj, **kwargs):
 
 
 def write_text(path, text):
-  """Writes `text` to `path` atomically (temp file in the same folder, fsync, `os.replace`)."""
+  """Writes `text` to `path` atomically (see `atomic_open`)."""
+  with atomic_open(path) as f:
+    f.write(text)
+
+
+@contextlib.contextmanager
+def atomic_open(path, binary=False):
+  """A file to write `path` through: a temporary file in the same folder, fsync'ed and
+  renamed over `path` (`os.replace`) when the block ends, removed if it raises. A kill
+  leaves the old file or the new one, never a torn one. Permissions as `open` would give."""
   d = os.path.dirname(os.path.abspath(path))
+  os.makedirs(d, exist_ok=True)
   fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp", dir=d)
   try:
     os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a plain open() would not
-    with os.fdopen(fd, "w") as f:
-      f.write(text)
+    with os.fdopen(fd, "wb" if binary else "w") as f:
+      yield f
       f.flush()
       os.fsync(f.fileno())
     os.replace(tmp, path)

@@ -50,7 +50,6 @@ import hashlib
 import json
 import os
 import sys
-import tempfile
 import zipfile
 
 import numpy as np
@@ -203,20 +202,10 @@ def _from_arrays(z, key):
 
 
 def _save_npz(path, arrays):
-  """np.savez to `path` atomically (temp file in the same folder, fsync, os.replace)."""
-  d = os.path.dirname(os.path.abspath(path))
-  os.makedirs(d, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp", dir=d)
-  try:
-    with os.fdopen(fd, "wb") as f:
-      np.savez(f, **arrays)
-      f.flush()
-      os.fsync(f.fileno())
-    os.replace(tmp, path)
-  except BaseException:
-    if os.path.exists(tmp):
-      os.unlink(tmp)
-    raise
+  """np.savez to `path` atomically (`el_jax.workdir.atomic_open`)."""
+  from el_jax import workdir as wd
+  with wd.atomic_open(path, binary=True) as f:
+    np.savez(f, **arrays)
 
 
 def _cached(kind, args, fingerprint, cache, build):

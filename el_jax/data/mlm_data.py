@@ -52,7 +52,6 @@ import hashlib
 import json
 import os
 import sys
-import tempfile
 import time
 import zipfile
 
@@ -353,22 +352,9 @@ def _save(path, key, splits, vocab_size):
       if a is not None:
         arrays[f"{name}_{field}"] = (a if field == "cond" else
                                      _small_int(a, int(np.abs(a).max(initial=0)) + 1))
-  folder = os.path.dirname(os.path.abspath(path))
-  os.makedirs(folder, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp", dir=folder)
-  try:
-    with os.fdopen(fd, "wb") as f:
-      np.savez(f, **arrays)
-      f.flush()
-      os.fsync(f.fileno())
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would hide a shared cache from others
-    os.replace(tmp, path)
-  except BaseException:
-    if os.path.exists(tmp):
-      os.unlink(tmp)
-    raise
+  from el_jax import workdir as wd
+  with wd.atomic_open(path, binary=True) as f:  # shared caches stay readable (not 0600)
+    np.savez(f, **arrays)
 
 
 def _load(path, key):

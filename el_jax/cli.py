@@ -87,12 +87,16 @@ def print_help(argv, extra_flags=None, doc=None, file=None):
     print(doc.strip() + "\n", file=file)
   print(f"usage: {os.path.basename(argv[0])} --config=<path.py>[:<variant>] "
         f"[--config.<key>=<value> ...] [flags]\n\nflags:", file=file)
+  _print_flags(fv, file)
+  print(f"\nErrors are one line on stderr (exit status 2; 1 for a diverged run); "
+        f"--verbose or {VERBOSE_ENV}=1 shows the traceback.", file=file)
+
+
+def _print_flags(fv, file):
   for name in sorted(fv):
     flag = fv[name]
     default = "" if flag.default in (None, "", []) else f" (default: {flag.default_as_str})"
     print(f"  --{name}: {flag.help}{default}", file=file)
-  print(f"\nErrors are one line on stderr (exit status 2; 1 for a diverged run); "
-        f"--verbose or {VERBOSE_ENV}=1 shows the traceback.", file=file)
 
 
 def _parse(argv, *, extra_flags, require_workdir, doc):
@@ -274,10 +278,7 @@ def parse_plain_flags(fv, argv, doc=None):
     if doc:
       print(doc.strip() + "\n")
     print("flags:")
-    for name in sorted(fv):
-      flag = fv[name]
-      default = "" if flag.default in (None, "", []) else f" (default: {flag.default_as_str})"
-      print(f"  --{name}: {flag.help}{default}")
+    _print_flags(fv, sys.stdout)
     raise SystemExit(0)
   try:
     rest = fv(argv)

@@ -110,13 +110,8 @@ trainer = train.Trainer(setup)
 params = train.restore_params(trainer, WORKDIR, 0)
 loss_fn, logits_fn = train.ce_objectives(trainer.graphdef)
 n = min(64, len(corpus.valid) // 3)
-batches = []
-for r in range(3):
-  s = corpus.valid.subset(np.arange(r * n, (r + 1) * n))
-  mask = np.zeros(s.tokens.shape, np.float32)
-  mask[np.arange(n), s.mask_pos] = 1.0
-  batches.append({"inputs": s.masked_inputs(corpus.mask_id), "targets": s.tokens,
-                  "segment_ids": s.segment_ids, "loss_mask": mask})
+batches = [corpus.valid.subset(np.arange(r * n, (r + 1) * n)).masked_batch(corpus.mask_id)
+           for r in range(3)]
 b1 = [flatness.fisher_trace(logits_fn, params, b, key=jax.random.key(r), num_samples=50).estimate
       for r, b in enumerate(batches)]
 hutch = flatness.hessian_trace_over_batches(loss_fn, params, batches, key=jax.random.key(9),

@@ -379,7 +379,11 @@ def _settle(buf, quiet_s=0.3, max_s=3.0):
 
 def checkpoint_steps(workdir, seed):
   """Sorted steps of the checkpoints of `seed` in `workdir`."""
-  d = os.path.join(workdir, f"seed_{seed}", "checkpoints")
+  return _steps_in(os.path.join(workdir, f"seed_{seed}"))
+
+
+def _steps_in(seed_dir):
+  d = os.path.join(seed_dir, "checkpoints")
   return sorted(int(n) for n in os.listdir(d) if n.isdigit()) if os.path.isdir(d) else []
 
 
@@ -428,9 +432,8 @@ def load_params_from(workdir, seed, abstract_params, sharding, step=None):
 
 def latest_checkpoint_step(seed_dir):
   """The newest checkpoint step under `<seed_dir>/checkpoints` (None if there is none)."""
-  d = os.path.join(seed_dir, "checkpoints")
-  steps = [int(n) for n in os.listdir(d) if n.isdigit()] if os.path.isdir(d) else []
-  return max(steps) if steps else None
+  steps = _steps_in(seed_dir)
+  return steps[-1] if steps else None
 
 
 def _read_final(seed, sdir, num_steps):

@@ -237,6 +237,13 @@ def parse_allowed(spec):
   return keys
 
 
+def describe_diff(old, new, keys, limit=6):
+  """"a.b: 1 -> 2, c: 'x' -> '<absent>' (and N more)" for the first `limit` of `keys`."""
+  shown = ", ".join(f"{k}: {old.get(k, '<absent>')!r} -> {new.get(k, '<absent>')!r}"
+                    for k in keys[:limit])
+  return shown + (f" (and {len(keys) - limit} more)" if len(keys) > limit else "")
+
+
 def check_config(config, workdir, resumable=frozenset(), allow=()):
   """Refuses a workdir trained with another config; returns the allowed changes.
 
@@ -253,14 +260,12 @@ def check_config(config, workdir, resumable=frozenset(), allow=()):
   diff = runner.config_diff(old, new, frozenset(resumable))
   refused = [k for k in diff if k not in allow]
   if refused:
-    shown = ", ".join(f"{k}: {old.get(k, '<absent>')!r} -> {new.get(k, '<absent>')!r}"
-                      for k in refused[:6])
-    more = f" (and {len(refused) - 6} more)" if len(refused) > 6 else ""
     changeable = [k for k in refused if k.startswith(CHANGEABLE_PREFIXES) or k in CHANGEABLE_FIELDS]
     hint = (f", or continue it with the new value by adding --allow_config_change="
             f"{','.join(changeable)}" if changeable and len(changeable) == len(refused) else "")
     raise WorkdirError(
-        f"workdir {workdir} was trained with a different config ({shown}{more}); its "
+        f"workdir {workdir} was trained with a different config "
+        f"({describe_diff(old, new, refused)}); its "
         f"checkpoints and finished seeds do not belong to this config. Use another --workdir, "
         f"move this one away to start afresh{hint}")
   return {k: [old.get(k), new.get(k)] for k in diff}

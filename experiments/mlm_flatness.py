@@ -104,14 +104,8 @@ class Measurer:
     if n * args.flat_reps > len(v):
       raise ValueError(f"--flat_inputs={n} x --flat_reps={args.flat_reps} exceeds the "
                        f"{len(v)} valid sentences")
-    self.flat_batches = []
-    for r in range(args.flat_reps):
-      s = v.subset(np.arange(r * n, (r + 1) * n))
-      x = s.masked_inputs(corpus.mask_id)
-      mask = np.zeros(x.shape, np.float32)
-      mask[np.arange(n), s.mask_pos] = 1.0
-      self.flat_batches.append({"inputs": x, "targets": s.tokens, "segment_ids": s.segment_ids,
-                                "loss_mask": mask})
+    self.flat_batches = [v.subset(np.arange(r * n, (r + 1) * n)).masked_batch(corpus.mask_id)
+                         for r in range(args.flat_reps)]
 
   def params(self, workdir, step, seed):
     from el_jax import train

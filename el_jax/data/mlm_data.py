@@ -197,6 +197,14 @@ class Split:
     x[np.arange(len(self)), self.mask_pos] = mask_id
     return x
 
+  def masked_batch(self, mask_id):
+    """The batch dict of the loop (`el_jax.tasks.base`) scoring the fixed `mask_pos`: MASK
+    as input there, loss_mask 1 there only (what Tr(H) of the pre-training loss is measured on)."""
+    loss_mask = np.zeros(self.tokens.shape, np.float32)
+    loss_mask[np.arange(len(self)), self.mask_pos] = 1.0
+    return {"inputs": self.masked_inputs(mask_id), "targets": self.tokens,
+            "segment_ids": self.segment_ids, "loss_mask": loss_mask}
+
   @property
   def masked_tokens(self):
     """[N] the true tokens at `mask_pos`."""

@@ -139,11 +139,9 @@ def check_workdir(config, workdir):
   old, new = runner.flatten(old), runner.flatten(runner.config_dict(config))
   diff = runner.config_diff(old, new)
   if diff:
-    shown = ", ".join(f"{k}: {old.get(k, '<absent>')!r} -> {new.get(k, '<absent>')!r}"
-                      for k in diff[:6])
-    more = f" (and {len(diff) - 6} more)" if len(diff) > 6 else ""
     raise wd.WorkdirError(f"workdir {workdir} holds the results of a different config "
-                          f"({shown}{more}, per its summary.json); use another --workdir, or "
+                          f"({wd.describe_diff(old, new, diff)}, per its summary.json); use "
+                          f"another --workdir, or "
                           f"move this one away to start afresh")
 
 

@@ -54,16 +54,26 @@ def get_config(arg="cpu"):
   c.model.dtype = "float32"  # compute dtype: "float32" | "bfloat16"
 
   c.loss = ml_collections.ConfigDict()
-  c.loss.name = "ce"  # "ce" | "e1" | "e2" | "e3"
-  c.loss.lam = 1.0  # E1 / E2 margin-shrinking weight (>= 0)
-  c.loss.b = 1.0  # E3 target logit magnitude (> 0)
+  c.loss.name = "ce"  # "ce" | "e1" | "e2" | "e3" | baselines: see el_jax.losses.LOSSES
+  c.loss.lam = 1.0  # E1 / E2 margin-shrinking weight; spectral_decoupling (lam / 2) ||f||^2 (>= 0)
+  c.loss.b = 1.0  # E3 target logit magnitude (> 0); spherical_z offset (any real)
+  c.loss.eps = 0.1  # label_smoothing: mass spread uniformly over the V classes, in [0, 1)
+  c.loss.coef = 1e-4  # z_loss: weight of (logsumexp f)^2 (>= 0)
+  c.loss.a = 1.0  # spherical_z: softplus sharpness a (> 0)
+  c.loss.gamma = 2.0  # focal: exponent on (1 - p_k) (>= 0); dice: smoothing (> 0)
+  c.loss.alpha = 1.0  # dice: self-adjusting exponent on (1 - p_k) (>= 0)
+  c.loss.q = 0.7  # gce: exponent q in (0, 1] (q -> 0 is CE, q = 1 is MAE / 2)
+  c.loss.reduction = "mean"  # over the batch's scored tokens: "mean" | "reweight" (seed 001, loss-based)
+  c.loss.reweight_strategy = "linupper"  # "reweight" shape: "linupper" | "quadratic" | "extremes"
+  c.loss.reweight_r = 1.0  # "reweight" temperature r (> 0; KL strength towards uniform weights)
 
   c.optim = ml_collections.ConfigDict()
   c.optim.name = "adamw"  # "adamw" | "adam" | "sgd"
   c.optim.lr = 1e-4  # peak learning rate (not given in the paper)
   c.optim.warmup_steps = 0  # linear warmup steps (0 = none)
-  c.optim.decay = "constant"  # after warmup: "constant" | "cosine" | "linear"
-  c.optim.final_lr_frac = 0.0  # cosine / linear decay end, as a fraction of lr
+  c.optim.decay = "constant"  # after warmup: "constant" | "cosine" | "linear" | "wsd"
+  c.optim.final_lr_frac = 0.0  # cosine / linear / wsd decay end, as a fraction of lr
+  c.optim.decay_frac = 0.1  # wsd: fraction of train.num_steps taken by the final linear decay, in (0, 1]
   c.optim.weight_decay = 0.0  # AdamW decoupled weight decay
   c.optim.b1 = 0.9  # Adam beta1
   c.optim.b2 = 0.999  # Adam beta2

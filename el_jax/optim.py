@@ -2,14 +2,25 @@
 import optax
 
 OPTIMIZERS = ("adamw", "adam", "sgd")
-DECAYS = ("constant", "cosine", "linear")
+DECAYS = ("constant", "cosine", "linear", "wsd")
+
+
+def wsd_decay_steps(cfg, num_steps):
+  """Steps of the WSD decay: round(decay_frac * num_steps), at least 1, at most the
+  steps left after warmup (so a long warmup shortens the decay, never overlaps it)."""
+  n = max(int(round(float(cfg.get("decay_frac", 0.1)) * int(num_steps))), 1)
+  return max(min(n, int(num_steps) - int(cfg.warmup_steps)), 1)
 
 
 def make_schedule(cfg, num_steps):
-  """Linear warmup (0 allowed) to `cfg.lr`, then constant, cosine or linear decay.
+  """Linear warmup (0 allowed) to `cfg.lr`, then constant, cosine, linear or WSD decay.
 
   Warmup starts at lr/warmup (not 0) so the first step is not wasted; the
-  decay runs over the remaining steps down to `lr * final_lr_frac`.
+  cosine / linear decay runs over the remaining steps down to `lr * final_lr_frac`.
+  "wsd" (warmup-stable-decay) holds `lr` after warmup and decays linearly to
+  `lr * final_lr_frac` over the last `decay_frac` of the `num_steps` steps
+  (`wsd_decay_steps`); like the others it reaches the final value at step
+  `num_steps` and stays there.
   """
   lr, warmup = float(cfg.lr), int(cfg.warmup_steps)
   if not 0 < lr < float("inf"):  # also rejects NaN
@@ -24,12 +35,25 @@ def make_schedule(cfg, num_steps):
     after = optax.constant_schedule(lr)
   elif cfg.decay == "cosine":
     after = optax.cosine_decay_schedule(lr, decay_steps, alpha=float(cfg.final_lr_frac))
-  else:
+  elif cfg.decay == "linear":
     after = optax.linear_schedule(lr, final, decay_steps)
+  else:  # wsd: stable, then a linear decay over the last wsd_decay_steps
+    _check_decay_frac(cfg)
+    n_decay = wsd_decay_steps(cfg, num_steps)
+    stable = max(int(num_steps) - warmup - n_decay, 0)
+    after = optax.join_schedules(
+        [optax.constant_schedule(lr), optax.linear_schedule(lr, final, n_decay)], [stable])
   if warmup == 0:
     return after
   ramp = optax.linear_schedule(lr / warmup, lr, warmup)
   return optax.join_schedules([ramp, after], [warmup])
+
+
+def _check_decay_frac(cfg):
+  v = float(cfg.get("decay_frac", 0.1))
+  if not 0 < v <= 1:  # also rejects NaN
+    raise ValueError(f"optim.decay_frac={v} must be in (0, 1] (the fraction of the steps "
+                     f"the wsd decay takes)")
 
 
 def validate_config(cfg):
@@ -43,6 +67,7 @@ def validate_config(cfg):
     raise ValueError(f"optim.warmup_steps={cfg.warmup_steps!r} must be an integer >= 0")
   if cfg.decay not in DECAYS:
     raise ValueError(f"optim.decay={cfg.decay!r}; allowed: {DECAYS}")
+  _check_decay_frac(cfg)
   ranges = {"final_lr_frac": (0.0, 1.0, True), "b1": (0.0, 1.0, False),
             "b2": (0.0, 1.0, False), "momentum": (0.0, 1.0, False)}
   for name, (lo, hi, closed) in ranges.items():

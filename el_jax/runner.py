@@ -149,11 +149,50 @@ def read_metrics(workdir):
   return train.MetricsWriter(os.path.join(workdir, "metrics.jsonl")).rows()
 
 
+def inert_keys(flat):
+  """Dotted keys of a flattened config that cannot change what is trained or evaluated:
+  the hyperparameters of losses other than `loss.name` (configs carry every loss's, so that
+  sweeps can switch by name), the reweighting fields while `loss.reduction` is the plain
+  mean, `optim.decay_frac` unless the schedule is "wsd", and a disabled `adversarial`
+  block. A field added to the configs later is inert in the old runs' configs too, so
+  their workdirs and result rows stay comparable."""
+  from el_jax import losses
+  out = set()
+  name = flat.get("loss.name")
+  fn = losses.LOSSES.get(name) if name is not None else None
+  if fn is not None:
+    used = {"loss.name", "loss.reduction"} | {f"loss.{h}" for h in losses._hparam_names(fn)}
+    if flat.get("loss.reduction", "mean") not in ("mean", "<absent>"):
+      used |= {k for k in flat if k.startswith("loss.reweight")}
+    out |= {k for k in flat if k.startswith("loss.") and k not in used}
+    if flat.get("loss.reduction", "mean") == "mean":
+      out.add("loss.reduction")
+  if flat.get("optim.decay") != "wsd":
+    out.add("optim.decay_frac")
+  if flat.get("adversarial.enabled", False) in (False, "<absent>"):
+    out |= {k for k in flat if k.startswith("adversarial.")}
+  return out
+
+
 def config_diff(a, b, ignore=frozenset()):
   """Sorted dotted keys whose values differ between flattened configs `a` and `b`
-  (a key missing on one side counts as "<absent>"), leaving out those in `ignore`."""
+  (a key missing on one side counts as "<absent>"), leaving out those in `ignore` and
+  those inert in both (`inert_keys`: a key absent on one side is inert there)."""
+  inert_a, inert_b = inert_keys(a), inert_keys(b)
+
+  def inert(k, flat, keys):
+    return k in keys or (k not in flat and _absent_is_inert(k, flat))
   return sorted(k for k in set(a) | set(b)
-                if k not in ignore and a.get(k, "<absent>") != b.get(k, "<absent>"))
+                if k not in ignore and a.get(k, "<absent>") != b.get(k, "<absent>")
+                and not (inert(k, a, inert_a) and inert(k, b, inert_b)))
+
+
+def _absent_is_inert(key, flat):
+  """A key missing from `flat` (a config written before the field existed) is inert if the
+  field would be inert with any value there."""
+  probe = dict(flat)
+  probe[key] = "<absent>"
+  return key in inert_keys(probe)
 
 
 def same_training(a, b):

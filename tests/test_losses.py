@@ -9,6 +9,7 @@ import pytest
 from el_jax import losses
 
 VOCABS = (2, 5, 26)
+E_LOSSES = ("ce", "e1", "e2", "e3")  # the baselines: tests/test_losses_baselines.py
 
 
 def _np_loss(name, f, k, lam=1.0, b=1.0):
@@ -132,8 +133,8 @@ def test_bfloat16_matches_float32_of_same_values():
 
 
 def test_bad_names_and_hparams():
-  with pytest.raises(ValueError, match=r"'ce', 'e1', 'e2', 'e3'"):
-    losses.get_loss("focal")
+  with pytest.raises(ValueError, match=r"'ce', .*'e1', 'e2', 'e3'"):
+    losses.get_loss("hinge")
   with pytest.raises(ValueError, match="lam must be .*>= 0"):
     losses.get_loss("e1", lam=-0.5)
   with pytest.raises(ValueError, match="lam must be .*>= 0"):
@@ -151,7 +152,7 @@ def test_bad_names_and_hparams():
 def test_get_loss_from_config_passes_only_relevant_hparams():
   f, k = _data(5, seed=8)
   for make in (dict, ml_collections.ConfigDict):
-    for name in losses.LOSSES:
+    for name in E_LOSSES:
       cfg = make({"name": name, "lam": 3.0, "b": 2.0})
       hp = {"ce": {}, "e1": {"lam": 3.0}, "e2": {"lam": 3.0},
             "e3": {"b": 2.0}}[name]
@@ -172,7 +173,7 @@ def test_get_loss_from_config_passes_only_relevant_hparams():
 
 def test_losses_jit_under_strict_rank_promotion():
   f, k = _data(26, seed=9)
-  for name in losses.LOSSES:
+  for name in E_LOSSES:
     fn = jax.jit(losses.get_loss(name))
     np.testing.assert_allclose(fn(f, k), _np_batch(name, f, k), rtol=2e-5,
                                atol=2e-5)

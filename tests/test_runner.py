@@ -145,3 +145,28 @@ def test_run_or_reuse_trains_once(tmp_path, monkeypatch):
   with pytest.raises(AssertionError, match="retrained"):  # another optimizer: not reused
     runner.run_or_reuse(lr, str(tmp_path / "new"), verbose=False,
                         reuse_from=runner.run_dirs(str(tmp_path)))
+
+
+def test_config_diff_ignores_fields_that_cannot_change_training():
+  """Hyperparameters of other losses, the reweighting fields under the plain mean, the WSD
+  fraction of another schedule and a disabled adversarial block (and such fields absent
+  from a config written before they existed) are no difference; active ones are."""
+  new = runner.flatten(runner.config_dict(runner.get_config("copy_task", "test")))
+  assert new["loss.name"] == "ce"
+  old = {k: v for k, v in new.items()
+         if k not in ("loss.eps", "loss.coef", "loss.gamma", "loss.q", "loss.reduction",
+                      "optim.decay_frac")}
+  assert len(old) < len(new)
+  assert runner.config_diff(old, new) == []
+  assert runner.config_diff(old, {**new, "loss.lam": 7.0}) == []  # CE does not use lam
+  assert runner.config_diff(old, {**new, "loss.name": "e1"}) == ["loss.name"]
+  e1_old, e1_new = {**old, "loss.name": "e1"}, {**new, "loss.name": "e1", "loss.lam": 7.0}
+  assert runner.config_diff(e1_old, e1_new) == ["loss.lam"]
+  ls = {**new, "loss.name": "label_smoothing"}
+  assert runner.config_diff({**old, "loss.name": "label_smoothing"}, ls) == ["loss.eps"]
+  assert runner.config_diff(old, {**new, "loss.reduction": "reweight"})[0] == "loss.reduction"
+  assert runner.config_diff(old, {**new, "optim.decay": "wsd"}) == ["optim.decay",
+                                                                     "optim.decay_frac"]
+  assert runner.config_diff({**old, "adversarial.enabled": False, "adversarial.weight": 1.0},
+                            new) == []
+  assert runner.config_diff(old, {**new, "adversarial.enabled": True}) == ["adversarial.enabled"]

@@ -15,8 +15,10 @@ Every matrix on F is handled through its Gram matrix (size R = sum_j
 (|S_j| - 1)) rather than the dense `[R, V*d]` constraint matrix, so text
 instances with V*d ~ 1e5 stay cheap. The SVM goes to Clarabel directly; see
 `ntp_svm` for why. Above `AUTO_MAX_DUAL` dual variables the dense dual does
-not fit and `ntp_svm` switches to a matrix-free FISTA on the same dual
-(`_DualOperator`, `_svm_first_order`).
+not fit and `ntp_svm` switches to a matrix-free FISTA on the same dual written
+in the coefficients Y of W = Y^T H (`_svm_coefficient_fista`), whose
+iteration count does not grow with V; the earlier FISTA in the multipliers
+(`_DualOperator`, `_svm_first_order`) stays as `method="first_order_lam"`.
 """
 import dataclasses
 import time
@@ -25,6 +27,7 @@ from typing import Optional
 import numpy as np
 from scipy import linalg
 from scipy import sparse
+from scipy.sparse import linalg as sparse_linalg
 
 from el_jax.ntp import data as data_lib
 
@@ -137,6 +140,22 @@ def _psd_pinv(G):
   keep = lam > RANK_RTOL * max(lam.max(), 1e-300)
   Uk = U[:, keep]
   return (Uk / lam[keep]) @ Uk.T, int(keep.sum())
+
+
+def _psd_solve(G, rhs):
+  """G^+ rhs for a PSD Gram matrix G.
+
+  One Cholesky solve when well conditioned (the test of `_psd_pinv`, without
+  forming the inverse: ~3x fewer flops), else the eigh pseudo-inverse.
+  """
+  gmax = max(float(np.diag(G).max()), 1e-300)
+  try:
+    c, low = linalg.cho_factor(G, lower=True, check_finite=False)
+    if np.diag(c).min() ** 2 > 1e3 * RANK_RTOL * gmax:
+      return linalg.cho_solve((c, low), rhs, check_finite=False)
+  except linalg.LinAlgError:
+    pass
+  return _psd_pinv(G)[0] @ rhs
 
 
 def _apply_rows(sys, H, W):
@@ -255,12 +274,15 @@ class SVMResult:
       active-set solve replaced the interior-point iterate.
     solve_time: seconds spent in the solver (Clarabel, or the whole
       first-order solve including its setup).
-    method: "clarabel" or "first_order".
+    method: "clarabel", "first_order" or "first_order_lam" (see `ntp_svm`).
     iterations: first-order iterations (0 for Clarabel).
     gap: first-order relative duality gap (P - D) / P at the returned W
       (0 for Clarabel, whose tolerance is `tol`).
     raw_min_constraint: first-order min constraint before the final
       rescaling W <- W / min constraint (nan for Clarabel).
+    solver_gap: the first-order solver's certified relative duality gap at
+      its last iterate, before any polish (`gap` is 0 once polished; nan for
+      Clarabel).
   """
   separable: bool
   W: Optional[np.ndarray]
@@ -278,6 +300,7 @@ class SVMResult:
   iterations: int = 0
   gap: float = 0.0
   raw_min_constraint: float = np.nan
+  solver_gap: float = np.nan
 
 
 def _constraint_stats(W, H, S):
@@ -291,29 +314,58 @@ def _constraint_stats(W, H, S):
   return ineq, eq, L
 
 
-def _polish(H, S, W0, tol):
+# Rounds of `_polish` that drop inequalities whose multiplier has the wrong
+# sign and add violated ones before it gives up (returns None).
+POLISH_ROUNDS = 5
+
+
+def _polish(H, S, W0, tol, candidates=None):
   """Exact W_mm from the active set of an approximate solution, or None.
 
   At the optimum W_mm is the minimum-norm solution of the equalities plus the
   tight inequalities written as equations, which is again a system of rows
   (e_a - e_b) h_j^T: solving it through the Gram matrix gives constraints and
   orthogonality to F at machine precision instead of the solver's 1e-8.
+
+  The guess (slack <= tol at W0, among `candidates` `[m, V]` if given) may
+  hold a constraint that is slack at the optimum. The system's solution is
+  then feasible and only slightly longer than W_mm, so feasibility does not
+  certify it: a feasible W with ||W|| = (1 + 1e-6) ||W_mm|| can be 1.4e-3 *
+  ||W_mm|| away from it (strong convexity). It is W_mm iff it is also dual
+  feasible (KKT): W = sum_r y_r (e_a - e_b) h_j^T with y_r <= 0 on every
+  inequality row, whose constraint reads (e_v - e_z0)^T W h_j <= -1. Rows with
+  y_r > 0 are dropped, constraints the solution violates (a guess that missed
+  a tight one) are added, and the system is solved again, at most
+  POLISH_ROUNDS times; W is returned only when it is primal and dual feasible.
   """
-  m, V = S.shape
   L = H @ W0.T
-  js, a, b, rhs = [], [], [], []
-  for j in range(m):
-    Sj = np.flatnonzero(S[j])
-    z0 = Sj[0]
-    c = L[j, Sj].mean()
-    for z in Sj[1:]:
-      js.append(j), a.append(z), b.append(z0), rhs.append(0.0)
-    for v in np.flatnonzero(~S[j]):
-      if L[j, v] >= c - 1 - tol:
-        js.append(j), a.append(v), b.append(z0), rhs.append(-1.0)
-  sys = _diff_system(H, np.asarray(js, np.int64), np.asarray(a, np.int64),
-                     np.asarray(b, np.int64), np.asarray(rhs, np.float64), V)
-  W, res = _min_norm(sys, H, V)
+  z0 = np.argmax(S, axis=1)  # anchor: the first token of S_j
+  c = np.where(S, L, 0.0).sum(1) / S.sum(1)
+  ej, ez = np.nonzero(S & (np.arange(S.shape[1])[None, :] != z0[:, None]))
+  tight = ~S & (L >= c[:, None] - 1 - tol)
+  if candidates is not None:
+    tight &= candidates
+  ij, iv = np.nonzero(tight)
+  js, a = np.r_[ej, ij], np.r_[ez, iv]
+  rhs = np.r_[np.zeros(len(ej)), -np.ones(len(ij))]
+  V = S.shape[1]
+  for _ in range(POLISH_ROUNDS):
+    if not len(js):
+      return None
+    sys = DiffSystem(js, a, z0[js], rhs, None, 0)
+    C = diff_matrix(a, z0[js], V)
+    y = _psd_solve((C @ C.T) * (H[js] @ H[js].T), rhs)
+    W = _apply_rows_t(sys, H, y, V)
+    wrong = (rhs < 0) & (y > 1e-9 * max(float(np.abs(y).max()), 1e-300))
+    L = H @ W.T
+    vj, vv = np.nonzero(~S & (L > L[np.arange(len(z0)), z0][:, None] - 1 + 1e-9))
+    if not wrong.any() and not len(vj):
+      break
+    keep = ~wrong
+    js, a, rhs = np.r_[js[keep], vj], np.r_[a[keep], vv], np.r_[rhs[keep], -np.ones(len(vj))]
+  else:
+    return None
+  res = float(np.linalg.norm(_apply_rows(sys, H, W) - sys.rhs))
   ineq, eq, _ = _constraint_stats(W, H, S)
   if res > 1e-9 or ineq < 1 - 1e-9 or eq > 1e-9:
     return None
@@ -432,13 +484,18 @@ def _dual_gap(lam, g, off):
   Dual value D = 1^T lam - ||W||^2 / 2 <= ||W_mm||^2 / 2 <= P = ||W||^2 /
   (2 min g^2), the objective of the feasible rescaled W / min g.
   """
-  a = float(np.sum(lam * g))
-  gmin = float(g[off].min())
-  D = float(lam.sum()) - a / 2
+  a = float(np.vdot(lam, g))
+  gmin = float(np.where(off, g, np.inf).min())
+  return _dual_gap_from(float(lam.sum()), a, gmin) + (a,)
+
+
+def _dual_gap_from(lam_sum, a, gmin):
+  """(relative gap, gmin) of `_dual_gap` from sum(lam), a = ||W||^2 and min g."""
+  D = lam_sum - a / 2
   if gmin <= 0 or a <= 0:
-    return np.inf, gmin, a
+    return np.inf, gmin
   P = a / (2 * gmin**2)
-  return (P - D) / P, gmin, a
+  return (P - D) / P, gmin
 
 
 def _svm_first_order(H, S, tol, max_iter, max_time, power_iters=30, seed=0):
@@ -496,17 +553,271 @@ def _svm_first_order(H, S, tol, max_iter, max_time, power_iters=30, seed=0):
   return lam, op, info
 
 
+# ---------------------------------------------------------------------------
+# The default first-order solver: the same dual in coefficient space, where
+# its conditioning does not grow with V.
+
+# F's R x R Gram is solved by conjugate gradients (sparse, matrix-free) when R
+# is at least this large and at most `F_CG_MAX_DENSITY` of its entries are
+# nonzero; otherwise by a dense Cholesky, as in `_DualOperator`.
+F_CG_MIN_RANK = 1000
+# Largest fraction of nonzero entries of F's Gram for the sparse CG path.
+F_CG_MAX_DENSITY = 0.1
+# Relative residual at which CG on F's Gram stops (equalities then hold to
+# ~1e-12 of their violation before the projection).
+F_CG_RTOL = 1e-12
+# CG iterations on F's Gram before it falls back to the dense factorisation.
+F_CG_MAX_ITER = 500
+# The coefficient-space solver certifies its iterate (F-projection, gap)
+# every max(1, floor(CHECK_FRACTION * iteration)) iterations: at most ~10%
+# iterations past the first certifiable one, and O(log) certificates when a
+# certificate (a dense R x R solve at R = 5000) costs ~20 iterations.
+CHECK_FRACTION = 0.1
+
+
+class _FGram:
+  """mu = G^{-1} r for the Gram matrix G of F's rows (e_z - e_z0_j) h_j^T.
+
+  G = (C C^T) * K[fj][:, fj] is R x R, R = sum_j (|S_j| - 1). Two rows
+  interact only through a shared token, so for large V it is sparse and, on
+  the benchmark instances, well conditioned: CG with a Jacobi preconditioner
+  (warm-started at the previous mu) solves it in tens of sparse products,
+  where the dense Cholesky of `_DualOperator` costs R^3 / 3 flops (seconds at
+  R = 5000). Small or dense G, or a CG that does not converge (ill
+  conditioned or rank-deficient G), use the dense Cholesky, or the eigh
+  pseudo-inverse of `_psd_pinv` when G is singular.
+  """
+
+  def __init__(self, K, fj, fa, fb, V):
+    self.R = R = len(fj)
+    self.K, self.fj, self.fa, self.fb = K, fj, fa, fb
+    self.cho = self.pinv = None
+    self.mode = "none"  # no F rows (every |S_j| = 1): nothing to project
+    # Rows sharing token t give count_t^2 entries of C C^T: its density, up to
+    # pairs that share both tokens, without forming it.
+    count = np.bincount(np.r_[fa, fb], minlength=V).astype(np.float64)
+    if R >= F_CG_MIN_RANK and float(count @ count) <= F_CG_MAX_DENSITY * R * R:
+      self.mode = "cg"
+      C = diff_matrix(fa, fb, V, as_sparse=True)
+      CC = (C @ C.T).tocoo()
+      self.G = sparse.csr_matrix((CC.data * K[fj[CC.row], fj[CC.col]], (CC.row, CC.col)),
+                                 shape=(R, R))
+      diag = self.G.diagonal()
+      self.jacobi = sparse.diags(1.0 / np.maximum(diag, 1e-300 + RANK_RTOL * diag.max()))
+      self.mu = np.zeros(R)
+    elif R:
+      Cd = diff_matrix(fa, fb, V)  # dense products: faster than densifying CC when it is dense
+      G = Cd @ Cd.T
+      G *= K[np.ix_(fj, fj)]
+      self._factor(G)
+
+  def _factor(self, G):
+    self.mode = "dense"
+    gmax = max(float(np.diag(G).max()), 1e-300)
+    try:
+      c = linalg.cho_factor(G, lower=True, check_finite=False)
+      if np.diag(c[0]).min() ** 2 > 1e3 * RANK_RTOL * gmax:
+        self.cho = c
+    except linalg.LinAlgError:
+      pass
+    if self.cho is None:
+      self.pinv = _psd_pinv(G)[0]
+
+  def solve(self, r):
+    if self.mode == "cg":
+      mu, info = sparse_linalg.cg(self.G, r, x0=self.mu, rtol=F_CG_RTOL, atol=0.0,
+                                  maxiter=F_CG_MAX_ITER, M=self.jacobi)
+      if info == 0:
+        self.mu = mu
+        return mu
+      self._factor(self.G.toarray())  # CG stalled: fall back to the exact factorisation
+    if self.cho is not None:
+      return linalg.cho_solve(self.cho, r, check_finite=False)
+    return self.pinv @ r
+
+  def correction(self, L):
+    """dY (sparse `[m, V]`) with P_Fperp(Y^T H) = (Y + dY)^T H, given the logits L = K Y."""
+    mu = self.solve(L[self.fj, self.fa] - L[self.fj, self.fb])
+    return sparse.csr_matrix((np.r_[-mu, mu], (np.r_[self.fj, self.fj], np.r_[self.fa, self.fb])),
+                             shape=L.shape)  # duplicate (j, z0_j) entries are summed
+
+
+def _project_rows(A, cap, tau, out, work):
+  """Rows of A projected onto {y : sum(y) = 0, y <= cap}, written to `out`; returns tau.
+
+  The projection of a row a is y = min(a - tau, cap) with tau the root of
+  phi(tau) = sum_v min(a_v - tau, cap_v), which is concave and decreasing
+  (slope -#{v : a_v - tau < cap_v}, at most -|S_j| since cap = +inf on S_j).
+  So a Newton step from any tau lands where phi <= 0, the following steps
+  decrease tau monotonically (the free set {a_v - tau < cap_v} shrinks), and
+  the step is exact, the mean of a over the free set, once that set stops
+  changing. `tau` (the previous call's roots) warm-starts it: near
+  convergence one or two steps. `work` is a pair of boolean `A`-shaped
+  buffers (fresh 8 MB arrays cost more than the arithmetic at m = V = 1000).
+  """
+  free, new = work
+  np.less(np.subtract(A, tau[:, None], out=out), cap, out=free)
+  for _ in range(A.shape[1] + 1):  # each step drops at least one entry or stops
+    tau = np.multiply(A, free, out=out).sum(1) / np.count_nonzero(free, axis=1)
+    np.less(np.subtract(A, tau[:, None], out=out), cap, out=new)
+    if np.array_equal(new, free):
+      break
+    free, new = new, free
+  np.minimum(out, cap, out=out)
+  return tau
+
+
+def _svm_coefficient_fista(H, S, tol, max_iter, max_time, power_iters=30, seed=0, cert_tol=1e-9,
+                           lip_scale=0.25):
+  """FISTA on the NTP-SVM dual in coefficient space (`method="first_order"`).
+
+  With W = Y^T H (Y `[m, V]`), logits K Y (K = H H^T) and ||W||^2 = <Y, K Y>,
+  the Lagrange dual of the NTP-SVM is
+
+      min_Y  1/2 <Y, K Y> + sum_{j, v not in S_j} Y_jv
+      s.t.   every row of Y sums to 0 and Y_jv <= 0 for v not in S_j,
+
+  where lam = -Y off the supports are the margin multipliers and the support
+  entries carry the equalities' multipliers (Y_jz0 = sum lam_j - sum mu_j).
+  `_svm_dual` and `_svm_first_order` eliminate the row sums through the anchor
+  z0_j, which adds the rank-one term (V - |S_j|) K_jj per context and makes the
+  iteration count grow with V. Here the row sums stay constraints: the
+  Hessian is K (x) I_V, whose curvature on the sparse optimal face is that of
+  K over a token's few active contexts, and the feasible set is a product
+  over rows with an exact projection (`_project_rows`). Rows are scaled by
+  1/sqrt(K_jj) (Y = D Yt leaves every row's constraint set unchanged), a
+  Jacobi preconditioner for embeddings of unequal norms. Gradient restarts
+  and the backtracked step are those of `_svm_first_order`.
+
+  Iterates are certified (every max(1, floor(CHECK_FRACTION * k)) at
+  iteration k) exactly as in `_svm_first_order`: lam gives W(lam) =
+  P_Fperp(Y^T H) (the F-part of Y^T H does not change the projection, so
+  this is the W of the lam-space dual; `_FGram` applies it), its constraint
+  values g and the relative duality gap of `_dual_gap`; the solve stops at
+  the first certified gap <= tol. Returns (lam `[m, V]`, Yc, info) with
+  W(lam) = Yc^T H. A dual ray (no separating W) stops the solve once
+  ||W(lam)||_F / (sum(lam) max(1, |H|_max)) <= cert_tol, which bounds the
+  Farkas residual of -Yc / sum(lam).
+
+  The first step is 1 / (lip_scale * 1.05 * lambda_max(Kt)): differences of
+  iterates are sparse per token, and on them the curvature is about half of
+  lambda_max (at m = V = 1000 the backtracking settles at 0.5 lambda_max;
+  starting there took 43 iterations against 64 from lambda_max). A step that
+  is too long is detected and halved, as in `_svm_first_order`.
+  """
+  t_start = time.perf_counter()
+  m, V = S.shape
+  off = ~S
+  K = H @ H.T
+  kd = np.diag(K)
+  dsc = 1.0 / np.sqrt(np.maximum(kd, 1e-12 * max(float(kd.max()), 1e-300)))
+  Kt = K * np.outer(dsc, dsc)
+  c = np.where(off, dsc[:, None], 0.0)  # the linear term in scaled coordinates
+  lam_of = -c  # lam = lam_of * Y (unscaled and zero on the supports)
+  cap = np.where(S, np.inf, 0.0)
+  s_flat = np.flatnonzero(S)
+  z0 = np.argmax(S, axis=1)  # the anchor: the first token of S_j, as in `_DualOperator`
+  fj, fz = np.nonzero(S & (np.arange(V)[None, :] != z0[:, None]))
+  fgram = _FGram(K, fj, fz, z0[fj], V)
+  h_scale = max(1.0, float(np.abs(H).max()))
+  # Lipschitz constant lambda_max(Kt) by power iteration (also backtracked below).
+  x = np.random.default_rng(seed).random(m)
+  for _ in range(power_iters):
+    y = Kt @ x
+    lip = float(np.linalg.norm(y) / np.linalg.norm(x))
+    x = y / max(np.linalg.norm(y), 1e-300)
+  lip = 1.05 * max(lip, 1e-300) * lip_scale
+  # [m, V] buffers, reused: allocating them anew each iteration doubled its cost.
+  Y, KY, Z, KZ, Yn, KYn, grad, dd, lam, L = (np.empty((m, V)) for _ in range(10))
+  work = (np.empty((m, V), bool), np.empty((m, V), bool))
+  # Start at the best multiple of the first projected-gradient step from 0.
+  tau = _project_rows(c * (-1 / lip), cap, np.zeros(m), Y, work)
+  np.matmul(Kt, Y, out=KY)
+  curv, slope = float(np.vdot(Y, KY)), float(np.vdot(c, Y))
+  scale = -slope / max(curv, 1e-6 * lip * float(np.vdot(Y, Y)), 1e-300)
+  Y *= scale
+  KY *= scale
+  lam_cap = 1e8 * max(float(np.vdot(lam_of, Y)), 1.0)
+
+  def certify():
+    """(rel gap, min constraint, ||W(lam)||^2, dY) at Y; fills lam and g (in L)."""
+    np.multiply(lam_of, Y, out=lam)
+    np.divide(KY, dsc[:, None], out=L)  # logits of Y^T H (unscaled)
+    dY = None
+    if fgram.R:
+      dY = fgram.correction(L)
+      np.add(L, (dY.T @ K).T, out=L)  # logits of P_Fperp(Y^T H)
+    g = np.subtract(L[np.arange(m), z0][:, None], L, out=L)
+    a = float(np.vdot(lam, g))
+    g.flat[s_flat] = np.inf
+    return _dual_gap_from(float(lam.sum()), a, float(g.min())) + (a, dY)
+
+  np.copyto(Z, Y)
+  np.copyto(KZ, KY)
+  t, it, restarts, infeasible = 1.0, 0, 0, False
+  (rel, gmin, a, dY), fresh = certify(), True
+  while it < max_iter and not (fresh and rel <= tol):
+    it += 1
+    np.add(KZ, c, out=grad)
+    np.multiply(grad, -1 / lip, out=dd)
+    dd += Z
+    tau = _project_rows(dd, cap, tau, Yn, work)
+    np.matmul(Kt, Yn, out=KYn)
+    np.subtract(Yn, Z, out=dd)
+    nd = float(np.vdot(dd, dd))
+    dKd = float(np.vdot(dd, KYn) - np.vdot(dd, KZ))
+    if nd > 0 and dKd > lip * nd * (1 + 1e-9):  # step too long: back off and retry
+      lip = max(2 * lip, 1.05 * dKd / nd)
+      continue
+    step = np.subtract(Yn, Y, out=dd)
+    if np.vdot(grad, step) > 0:  # gradient restart
+      t, restarts = 1.0, restarts + 1
+    t_new = (1 + np.sqrt(1 + 4 * t * t)) / 2
+    beta = (t - 1) / t_new
+    step *= beta
+    np.add(Yn, step, out=Z)
+    np.subtract(KYn, KY, out=KZ)
+    KZ *= beta
+    KZ += KYn
+    Y, Yn, KY, KYn, t, fresh = Yn, Y, KYn, KY, t_new, False
+    out_of_time = time.perf_counter() - t_start > max_time
+    if it % max(1, int(CHECK_FRACTION * it)) and not out_of_time:
+      continue
+    (rel, gmin, a, dY), fresh = certify(), True
+    lsum = float(lam.sum())
+    if out_of_time:
+      break
+    if gmin <= 0 and np.sqrt(max(a, 0.0)) <= cert_tol * h_scale * lsum:
+      infeasible = True  # W(lam) / sum(lam) ~ 0: a Farkas ray
+      break
+    if not lsum < lam_cap:  # dual unbounded (not separable): stop before overflow
+      infeasible = True
+      break
+  if not fresh:  # stopped at max_iter between certificates
+    rel, gmin, a, dY = certify()
+  Yc = Y * dsc[:, None]
+  if dY is not None:
+    dY = dY.tocoo()
+    np.add.at(Yc, (dY.row, dY.col), dY.data)
+  info = dict(iterations=it, restarts=restarts, gap=rel, raw_min_constraint=gmin, lipschitz=lip,
+              converged=bool(rel <= tol), infeasible=infeasible, f_solver=fgram.mode)
+  return lam, Yc, info
+
+
 def ntp_svm(H, P, *, tol=None, polish=True, active_tol=1e-6, method="auto",
             max_iter=20000, max_time=np.inf):
   """W_mm = argmin ||W||_F s.t. W in F-perp and (e_z - e_v)^T W h_j >= 1.
 
   `method`: "clarabel" (exact interior point on the dense dual), "first_order"
-  (matrix-free FISTA on the same dual, `_svm_first_order`) or "auto" (Clarabel
-  unless the dual size n or F's rank R exceeds `AUTO_MAX_DUAL`). `tol`: the
-  solver tolerance, default 1e-9 for Clarabel and a relative duality gap of
-  1e-6 for first_order (relative error of W <= 1e-3). `max_iter`, `max_time`
-  (seconds) bound the first-order solve; if they stop it before `tol` the
-  result is still feasible (rescaled) and `gap` says how far it is.
+  (matrix-free FISTA on the same dual in coefficient space,
+  `_svm_coefficient_fista`), "first_order_lam" (the earlier FISTA in the
+  multipliers lam, `_svm_first_order`, whose iteration count grows with V;
+  kept for comparison) or "auto" (Clarabel unless the dual size n or F's rank
+  R exceeds `AUTO_MAX_DUAL`, then "first_order"). `tol`: the solver
+  tolerance, default 1e-9 for Clarabel and a relative duality gap of 1e-6 for
+  the first-order solvers (relative error of W <= 1e-3). `max_iter`,
+  `max_time` (seconds) bound a first-order solve; if they stop it before
+  `tol` the result is still feasible (rescaled) and `gap` says how far it is.
 
   Solved with Clarabel (interior point, Rust; cvxpy's default QP solver) on
   the dual QP of `_svm_dual`, called directly rather than through cvxpy
@@ -517,8 +828,9 @@ def ntp_svm(H, P, *, tol=None, polish=True, active_tol=1e-6, method="auto",
   """
   import clarabel
 
-  if method not in ("auto", "clarabel", "first_order"):
-    raise ValueError(f"unknown method {method!r}; valid: auto, clarabel, first_order")
+  if method not in ("auto", "clarabel", "first_order", "first_order_lam"):
+    raise ValueError(f"unknown method {method!r}; valid: auto, clarabel, first_order, "
+                     "first_order_lam")
   H, P, _ = data_lib.validate(H, P)
   S = P > 0
   m, d = H.shape
@@ -530,9 +842,9 @@ def ntp_svm(H, P, *, tol=None, polish=True, active_tol=1e-6, method="auto",
   if method == "auto":
     n, R = int((~S).sum()), int(S.sum() - m)
     method = "first_order" if max(n, R) > AUTO_MAX_DUAL else "clarabel"
-  if method == "first_order":
+  if method in ("first_order", "first_order_lam"):
     return _ntp_svm_first_order(H, S, 1e-6 if tol is None else tol, max_iter, max_time,
-                                polish, active_tol)
+                                polish, active_tol, method)
   tol = 1e-9 if tol is None else tol
   M, sysf, gsys, B = _svm_dual(H, S)
   n = M.shape[0]
@@ -576,11 +888,15 @@ def ntp_svm(H, P, *, tol=None, polish=True, active_tol=1e-6, method="auto",
                    ineq, eq, active, dual, None, 0.0, status, polished, dt)
 
 
-def _ntp_svm_first_order(H, S, tol, max_iter, max_time, polish, active_tol):
+def _ntp_svm_first_order(H, S, tol, max_iter, max_time, polish, active_tol, method):
   m, V = S.shape
   t0 = time.perf_counter()
-  lam, op, info = _svm_first_order(H, S, tol, max_iter, max_time)
-  Y, _ = op.coefficients(lam)
+  if method == "first_order":
+    lam, Y, info = _svm_coefficient_fista(H, S, tol, max_iter, max_time)
+  else:
+    lam, op, info = _svm_first_order(H, S, tol, max_iter, max_time)
+    Y, _ = op.coefficients(lam)
+  R = int(S.sum() - m)  # rows of F (its Gram is part of the active-set solve)
   dt = time.perf_counter() - t0
   gmin = info["raw_min_constraint"]
   if not gmin > 0:
@@ -589,7 +905,7 @@ def _ntp_svm_first_order(H, S, tol, max_iter, max_time, polish, active_tol):
     res = check_infeasibility_certificate(H, S / S.sum(1, keepdims=True), cert)
     if res <= 1e-6:
       return SVMResult(False, None, 0.0, np.nan, np.nan, None, None, cert, res, "DualInfeasible",
-                       False, dt, "first_order", info["iterations"], np.inf, gmin)
+                       False, dt, method, info["iterations"], np.inf, gmin, np.inf)
     raise RuntimeError(f"first-order NTP-SVM: no feasible W after {info['iterations']} iterations"
                        f" (min constraint {gmin:.3g}) and no certificate (residual {res:.3g})")
   W = (Y.T @ H) / gmin  # rescaled so that every constraint holds
@@ -598,17 +914,18 @@ def _ntp_svm_first_order(H, S, tol, max_iter, max_time, polish, active_tol):
   if polish and info["converged"]:
     _, _, L = _constraint_stats(W, H, S)
     c = np.where(S, L, 0).sum(1) / S.sum(1)
-    n_act = int(((~S) & (L >= c[:, None] - 1 - 10 * np.sqrt(tol))).sum())
-    if op.R + n_act <= AUTO_MAX_DUAL:  # the active-set solve is dense in its size
-      Wp = _polish(H, S, W, 10 * np.sqrt(tol))
+    cand = lam > 0  # the dual iterate's support: where the projection did not clip
+    n_act = int((cand & (L >= c[:, None] - 1 - 10 * np.sqrt(tol))).sum())
+    if R + n_act <= AUTO_MAX_DUAL:  # the active-set solve is dense in its size
+      Wp = _polish(H, S, W, 10 * np.sqrt(tol), cand)
       if Wp is not None:
         W, polished = Wp, True
   ineq, eq, L = _constraint_stats(W, H, S)
   c = np.where(S, L, 0).sum(1) / S.sum(1)
   active = (~S) & (L >= c[:, None] - 1 - active_tol)
   return SVMResult(True, W, float(1.0 / np.linalg.norm(W)), ineq, eq, active, lam, None, 0.0,
-                   status, polished, dt, "first_order", info["iterations"],
-                   0.0 if polished else info["gap"], gmin)
+                   status, polished, dt, method, info["iterations"],
+                   0.0 if polished else info["gap"], gmin, info["gap"])
 
 
 def check_infeasibility_certificate(H, P, Y):

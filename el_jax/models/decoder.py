@@ -6,7 +6,9 @@ Two presets cover the architectures of the papers el_jax reproduces:
   (``x + attn(ln1(x)) + mlp(ln2(x))``), untied input/output embeddings;
   the model of the copy-task experiments (seed 000).
 * ``gpt2``: learned absolute positions, sequential residual, tied
-  embeddings; nanoGPT / GPT-mini of the path-star experiments.
+  embeddings; nanoGPT / GPT-mini of the path-star experiments. With
+  ``layer_norm_eps=1e-5`` it is exactly Hugging Face's GPT-2
+  (``el_jax.models.pretrained.load_gpt2`` / ``save_gpt2``).
 
 Every field can be set on its own. Packed strings attend to earlier strings
 in the same context (as in the paper) unless ``doc_mask`` is on, in which
@@ -25,6 +27,9 @@ import numpy as np
 from flax import nnx
 
 POSITIONS = ("rotary", "learned")
+# MLP nonlinearities: "gelu_tanh" is the tanh approximation (GPT-2's "gelu_new"),
+# "gelu_exact" the erf form (Hugging Face "gelu").
+ACTIVATIONS = ("gelu_tanh", "gelu_exact")
 PRESETS = ("gpt_neox", "gpt2", "encoder")
 
 
@@ -44,12 +49,19 @@ class DecoderConfig:
   rotary_base: float = 10000.0
   init_std: float = 0.02
   dtype: str = "float32"  # compute dtype: "float32" | "bfloat16"
+  layer_norm_eps: float = 1e-6  # LayerNorm epsilon (Flax's default; GPT-2 checkpoints use 1e-5)
+  activation: str = "gelu_tanh"  # MLP nonlinearity, one of ACTIVATIONS
 
   def __post_init__(self):
     if self.position not in POSITIONS:
       raise ValueError(f"model.position={self.position!r}; allowed: {POSITIONS}")
     if self.dtype not in ("float32", "bfloat16"):
       raise ValueError(f"model.dtype={self.dtype!r}; allowed: 'float32', 'bfloat16'")
+    if self.activation not in ACTIVATIONS:
+      raise ValueError(f"model.activation={self.activation!r}; allowed: {ACTIVATIONS}")
+    if (isinstance(self.layer_norm_eps, bool) or not isinstance(self.layer_norm_eps, (int, float))
+        or not self.layer_norm_eps > 0):
+      raise ValueError(f"model.layer_norm_eps={self.layer_norm_eps!r} must be a number > 0")
     for name in ("vocab_size", "num_layers", "num_heads", "embed_dim", "mlp_dim", "max_len"):
       if int(getattr(self, name)) < 1:
         raise ValueError(f"model.{name}={getattr(self, name)} must be >= 1")
@@ -155,20 +167,21 @@ class MLP(nnx.Module):
 
   def __init__(self, cfg: DecoderConfig, *, rngs: nnx.Rngs):
     out_std = cfg.init_std / math.sqrt(2 * cfg.num_layers)
+    self.approximate = cfg.activation == "gelu_tanh"
     self.fc_in = nnx.Linear(cfg.embed_dim, cfg.mlp_dim, kernel_init=_normal(cfg.init_std), rngs=rngs)
     self.fc_out = nnx.Linear(cfg.mlp_dim, cfg.embed_dim, kernel_init=_normal(out_std), rngs=rngs)
 
   def __call__(self, x):
-    return self.fc_out(jax.nn.gelu(self.fc_in(x), approximate=True))
+    return self.fc_out(jax.nn.gelu(self.fc_in(x), approximate=self.approximate))
 
 
 class Block(nnx.Module):
 
   def __init__(self, cfg: DecoderConfig, *, rngs: nnx.Rngs):
     self.parallel = cfg.parallel_residual
-    self.ln1 = nnx.LayerNorm(cfg.embed_dim, rngs=rngs)
+    self.ln1 = nnx.LayerNorm(cfg.embed_dim, epsilon=cfg.layer_norm_eps, rngs=rngs)
     self.attn = Attention(cfg, rngs=rngs)
-    self.ln2 = nnx.LayerNorm(cfg.embed_dim, rngs=rngs)
+    self.ln2 = nnx.LayerNorm(cfg.embed_dim, epsilon=cfg.layer_norm_eps, rngs=rngs)
     self.mlp = MLP(cfg, rngs=rngs)
 
   def __call__(self, x, mask, query_positions_P=None):
@@ -189,7 +202,7 @@ class Decoder(nnx.Module):
     if cfg.position == "learned":
       self.pos_embed = nnx.Param(_normal(cfg.init_std)(rngs.params(), (cfg.max_len, cfg.embed_dim)))
     self.blocks = nnx.List([Block(cfg, rngs=rngs) for _ in range(cfg.num_layers)])
-    self.ln_f = nnx.LayerNorm(cfg.embed_dim, rngs=rngs)
+    self.ln_f = nnx.LayerNorm(cfg.embed_dim, epsilon=cfg.layer_norm_eps, rngs=rngs)
     if not cfg.tie_embeddings:
       self.unembed = nnx.Linear(cfg.embed_dim, cfg.vocab_size, use_bias=False,
                                 kernel_init=_normal(cfg.init_std), rngs=rngs)

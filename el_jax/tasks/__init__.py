@@ -24,6 +24,7 @@ REGISTRY = {
     "copy_task": "el_jax.tasks.copy_task:CopyTask",
     "path_star": "el_jax.tasks.path_star:PathStarTask",
     "mlm": "el_jax.tasks.mlm:MLMTask",
+    "label_copy": "el_jax.tasks.label_copy:LabelCopyTask",
     "ntp_linear": "el_jax.ntp.train:train_and_evaluate",
 }
 _loaded = {}

@@ -34,8 +34,10 @@ lr 1e-3 at batch 128 moves the model too little to measure on a CPU.
 Figure 2 (`size`): the `--sizes` (d_model/heads/layers/MLP) trained with the
 same recipe; Figure 5 (`embedded`): the same models grown by
 `el_jax.models.growth` (width replication, zero residual blocks) into the
-largest architecture, where Tr(H) is measured in one parameterisation (their
-outputs, hence loss and probe accuracy, are unchanged; checked).
+largest architecture, or into `--embed_into` (the paper's Table 4 uses the
+least common multiple of the widths), where Tr(H) is measured in one
+parameterisation (their outputs, hence loss and probe accuracy, are unchanged;
+checked).
 
 Writes <out>/<figure>_<language>.json and .png (paper numbers beside ours).
 """
@@ -259,6 +261,11 @@ def figure_size(language, args, embedded=False):
   runs = train_sizes(language, args)
   largest = args.sizes.split(",")[-1]
   big_cfg = runs[largest][0]
+  if embedded and args.embed_into:
+    # An architecture that is only measured, never trained: the smallest one whose widths
+    # are multiples of every size's (the paper's Table 4 takes the least common multiple).
+    big_cfg = runner.get_config(f"{language}_mlm", args.size,
+                                {**parse_size(args.embed_into), "seeds": (0,)})
   big = Measurer(big_cfg, args, language) if embedded else None
   points = []
   for s, (cfg, d) in runs.items():
@@ -285,6 +292,7 @@ def figure_size(language, args, embedded=False):
               f"{k} {v['test_acc_mean']:.4f}" for k, v in row["probe"].items()), flush=True)
   fig = "embedded" if embedded else "size"
   return {"figure": fig, "language": language, "size": args.size, "points": points,
+          "embedded_into": (args.embed_into or largest) if embedded else None,
           "comparison": _trend(points, "size"), "paper": PAPER[fig],
           "configs": {s: runner.config_dict(c) for s, (c, _) in runs.items()},
           "wall_s": round(time.time() - t0, 1)}
@@ -344,6 +352,9 @@ def main(argv=None):
                   help="measure the checkpoints at multiples of this (0 = every checkpoint)")
   ap.add_argument("--sizes", default=SIZES)
   ap.add_argument("--size_steps", type=int, default=0, help="0 = the variant's train.num_steps")
+  ap.add_argument("--embed_into", default="",
+                  help="Fig. 5: d_model/heads/layers/MLP of the architecture every size is grown "
+                       "into (widths multiples of every size's; '' = the largest of --sizes)")
   ap.add_argument("--flat_inputs", type=int, default=200)
   ap.add_argument("--flat_reps", type=int, default=5)
   ap.add_argument("--fisher_samples", type=int, default=50)

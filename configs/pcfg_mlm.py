@@ -17,6 +17,9 @@ Variants:
          sentences, 2k valid / 2k test.
   test   tiny, seconds; used by the unit tests.
 
+Adversarial pretraining (Table 1; `el_jax.adversarial`): --config.adversarial.enabled=True
+adds the meta-learning term; experiments/adversarial_pretraining.py runs Tables 1-2.
+
 Expected (cpu, seed 0; measured on the shared 2-core CPU, results are deterministic):
 valid gap (mlm_loss - true_entropy) 0.288 and KL 0.281 nats after 3000 steps (1.17 at
 initialisation; test gap 0.244, KL 0.286), against 0.80 / 0.78 for the unigram model
@@ -66,16 +69,26 @@ def get_config(arg="cpu"):
   c.model.dtype = "float32"  # compute dtype: "float32" | "bfloat16"
 
   c.loss = ml_collections.ConfigDict()
-  c.loss.name = "ce"  # "ce" | "e1" | "e2" | "e3"
-  c.loss.lam = 1.0  # E1 / E2 margin-shrinking weight (>= 0)
-  c.loss.b = 1.0  # E3 target logit magnitude (> 0)
+  c.loss.name = "ce"  # "ce" | "e1" | "e2" | "e3" | baselines: see el_jax.losses.LOSSES
+  c.loss.lam = 1.0  # E1 / E2 margin-shrinking weight; spectral_decoupling (lam / 2) ||f||^2 (>= 0)
+  c.loss.b = 1.0  # E3 target logit magnitude (> 0); spherical_z offset (any real)
+  c.loss.eps = 0.1  # label_smoothing: mass spread uniformly over the V classes, in [0, 1)
+  c.loss.coef = 1e-4  # z_loss: weight of (logsumexp f)^2 (>= 0)
+  c.loss.a = 1.0  # spherical_z: softplus sharpness a (> 0)
+  c.loss.gamma = 2.0  # focal: exponent on (1 - p_k) (>= 0); dice: smoothing (> 0)
+  c.loss.alpha = 1.0  # dice: self-adjusting exponent on (1 - p_k) (>= 0)
+  c.loss.q = 0.7  # gce: exponent q in (0, 1] (q -> 0 is CE, q = 1 is MAE / 2)
+  c.loss.reduction = "mean"  # over the batch's scored tokens: "mean" | "reweight" (seed 001, loss-based)
+  c.loss.reweight_strategy = "linupper"  # "reweight" shape: "linupper" | "quadratic" | "extremes"
+  c.loss.reweight_r = 1.0  # "reweight" temperature r (> 0; KL strength towards uniform weights)
 
   c.optim = ml_collections.ConfigDict()
   c.optim.name = "adamw"  # "adamw" | "adam" | "sgd" (Fig. 3: SGD, warmup then constant 1e-3)
   c.optim.lr = 1e-3  # peak learning rate (App. A.3)
   c.optim.warmup_steps = 1800  # linear warmup steps (6% of train.num_steps, App. A.3)
-  c.optim.decay = "linear"  # after warmup: "constant" | "cosine" | "linear" (academic-budget recipe)
-  c.optim.final_lr_frac = 0.0  # cosine / linear decay end, as a fraction of lr
+  c.optim.decay = "linear"  # after warmup: "constant" | "cosine" | "linear" | "wsd" (academic-budget recipe)
+  c.optim.final_lr_frac = 0.0  # cosine / linear / wsd decay end, as a fraction of lr
+  c.optim.decay_frac = 0.1  # wsd: fraction of train.num_steps taken by the final linear decay, in (0, 1]
   c.optim.weight_decay = 0.01  # AdamW decoupled weight decay (academic-budget recipe; assumed)
   c.optim.b1 = 0.9  # Adam beta1
   c.optim.b2 = 0.98  # Adam beta2 (academic-budget recipe; assumed)
@@ -103,6 +116,17 @@ def get_config(arg="cpu"):
   c.flatness.fisher_samples = 4  # label draws from the model per batch
   c.flatness.lanczos_steps = 0  # Lanczos steps for the top eigenvalue (0 = skip)
 
+  # Adversarial pretraining (Table 1; el_jax.adversarial): MLM loss - weight * D2 loss.
+  c.adversarial = ml_collections.ConfigDict()
+  c.adversarial.enabled = False  # add the meta-learning term (False = plain MLM pretraining)
+  c.adversarial.weight = 1.0  # weight of the D2 squared loss subtracted from the MLM loss (>= 0)
+  c.adversarial.ridge = 8000.0  # ridge of the closed-form head on D1 (> 0; raw probe features)
+  c.adversarial.d1_size = 256  # |D1|: downstream training examples the head is fitted on per step
+  c.adversarial.d2_size = 256  # |D2|: disjoint examples whose squared loss is maximised per step
+  c.adversarial.task = "A"  # downstream task of the term: "A" | "B"
+  c.adversarial.num_train = 80_000  # downstream training set D1, D2 are drawn from (pcfg_task)
+  c.adversarial.data_seed = 0  # seed of that training set and of the D1 / D2 draws
+
   if arg == "cpu":
     c.data.num_train = 100_000
     c.data.num_valid, c.data.num_test = 2000, 2000
@@ -117,6 +141,10 @@ def get_config(arg="cpu"):
     c.train.checkpoint_every = 1000
     c.train.eval_batch_size = 1000
     c.train.eval_train_sentences = 2000
+    c.adversarial.weight = 0.3  # experiments/adversarial_pretraining.py chooses it on valid
+    c.adversarial.ridge = 1000.0  # ~0.7 x the mean squared feature norm at init (16 x 128)
+    c.adversarial.d1_size, c.adversarial.d2_size = 32, 16
+    c.adversarial.num_train = 4000  # the probe's training set in the experiments
   elif arg == "test":
     c.data.num_train, c.data.num_valid, c.data.num_test = 512, 64, 64
     c.model.num_layers, c.model.num_heads, c.model.embed_dim, c.model.mlp_dim = 2, 2, 32, 64
@@ -130,6 +158,9 @@ def get_config(arg="cpu"):
     c.train.checkpoint_every = 30
     c.train.eval_batch_size = 32
     c.train.eval_train_sentences = 64
+    c.adversarial.ridge = 10.0
+    c.adversarial.d1_size, c.adversarial.d2_size = 8, 8
+    c.adversarial.num_train = 64
     c.progress = False
   return c
 

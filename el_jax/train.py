@@ -35,6 +35,7 @@ import orbax.checkpoint as ocp
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from el_jax import adversarial
 from el_jax import losses
 from el_jax import optim
 from el_jax import runner
@@ -56,6 +57,39 @@ def model_config(config, vocab_size, context_len):
       doc_mask=m.doc_mask, dtype=m.dtype)
 
 
+def load_pretrained(config, task):
+  """(DecoderConfig, params) of the Hugging Face GPT-2 checkpoint `config.model.pretrained`.
+
+  The architecture is the checkpoint's: `model.preset` must be "gpt2" and the size fields of
+  config.model (num_layers, num_heads, embed_dim, mlp_dim) must equal the checkpoint's, and
+  the task's vocabulary and context must fit it; otherwise a ValueError names what differs.
+  """
+  from el_jax.models import pretrained
+  m = config.model
+  path = m.pretrained
+  if m.preset != "gpt2":
+    raise ValueError(f"model.pretrained={path!r} is a GPT-2 checkpoint; set model.preset='gpt2' "
+                     f"(got {m.preset!r})")
+  cfg, params = pretrained.load_gpt2(path)
+  want = {"num_layers": m.num_layers, "num_heads": m.num_heads, "embed_dim": m.embed_dim,
+          "mlp_dim": m.mlp_dim or 4 * m.embed_dim}
+  differ = [f"model.{k}={v} (checkpoint {getattr(cfg, k)})" for k, v in want.items()
+            if getattr(cfg, k) != v]
+  if differ:
+    raise ValueError(f"model.pretrained={path!r} does not match the config: " + ", ".join(differ)
+                     + "; set these fields to the checkpoint's sizes")
+  if cfg.vocab_size != task.vocab_size:
+    raise ValueError(f"model.pretrained={path!r} has a vocabulary of {cfg.vocab_size} tokens, "
+                     f"the task {task.vocab_size}; use a task tokenized for this checkpoint")
+  if cfg.max_len < task.context_len:
+    raise ValueError(f"model.pretrained={path!r} has {cfg.max_len} positions, fewer than the "
+                     f"task's context of {task.context_len}")
+  if m.dtype != cfg.dtype:
+    import dataclasses
+    cfg = dataclasses.replace(cfg, dtype=m.dtype)
+  return cfg, params
+
+
 def make_mesh(num_devices=0):
   """1-D `data` mesh over the first `num_devices` local devices (0 = all)."""
   devs = jax.devices()
@@ -74,6 +108,7 @@ class Setup:
     t = config.train
     # Cheap objects first, so that their config errors come before any data is built.
     self.loss_fn = losses.get_loss_from_config(config.loss)
+    self.reduce_fn = losses.get_reduction_from_config(config.loss)
     self.tx, self.schedule = optim.make_optimizer(config.optim, t.num_steps)
     self.mesh = make_mesh(config.get("num_devices", 0))
     task_cls = tasks.get_task_class(config.task)
@@ -84,6 +119,9 @@ class Setup:
     self.task = task_cls(config)
     self.steps_per_epoch = self.task.num_train // self.task.examples_per_step
     self.model_cfg = model_config(config, self.task.vocab_size, self.task.context_len)
+    self.pretrained_params = None
+    if config.model.get("pretrained", ""):
+      self.model_cfg, self.pretrained_params = load_pretrained(config, self.task)
     self.scored_positions = self.task.scored_positions
 
   def batch(self, seed, step):
@@ -108,8 +146,12 @@ def _masked_mean(x, m):
   return jnp.sum(x * m) / jnp.maximum(jnp.sum(m), 1.0)
 
 
-def train_step(graphdef, loss_fn, tx, groups, state, batch, positions=None):
+def train_step(graphdef, loss_fn, tx, groups, state, batch, positions=None, reduce_fn=None):
   """One optimizer step. Returns (new_state, metrics).
+
+  The objective is `reduce_fn(per_token_loss, loss_mask)` (`losses.get_reduction`;
+  None = the masked mean, the "mean" reduction); the metric `loss` is that objective,
+  `loss_<g>` the plain masked means.
 
   `groups`: the task's metric groups; the batch holds a `mask_<g>` for each
   (see `el_jax.tasks.base`), and the metrics `loss_<g>`, `ce_<g>`, `n_<g>`.
@@ -127,7 +169,7 @@ def train_step(graphdef, loss_fn, tx, groups, state, batch, positions=None):
   def objective(params):
     logits = decoder.apply(graphdef, params, batch["inputs"], batch["segment_ids"], positions)
     per_tok = loss_fn(logits, batch["targets"])
-    return _masked_mean(per_tok, batch["loss_mask"]), (logits, per_tok)
+    return (reduce_fn or _masked_mean)(per_tok, batch["loss_mask"]), (logits, per_tok)
 
   (loss, (logits, per_tok)), grads = jax.value_and_grad(objective, has_aux=True)(state["params"])
   updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
@@ -173,8 +215,14 @@ class Trainer:
     self._init = jax.jit(functools.partial(init_state, setup.model_cfg, setup.tx),
                          out_shardings=self.state_sharding)
     positions = None if score_all_positions else setup.scored_positions
-    self.step = jax.jit(functools.partial(train_step, self.graphdef, setup.loss_fn, setup.tx,
-                                          setup.task.groups, positions=positions),
+    step_fn = train_step
+    if adversarial.enabled(setup.config):  # seed 002: MLM minus a transfer term (its docstring)
+      step_fn = adversarial.make_step_fn(setup)
+    step_kw = {"positions": positions}
+    if setup.config.loss.get("reduction", "mean") != "mean":  # "mean": train_step's own
+      step_kw["reduce_fn"] = setup.reduce_fn
+    self.step = jax.jit(functools.partial(step_fn, self.graphdef, setup.loss_fn, setup.tx,
+                                          setup.task.groups, **step_kw),
                         in_shardings=(self.state_sharding, self.data_sharding),
                         out_shardings=(self.state_sharding, self.repl), donate_argnums=0)
     # Inputs arrive sharded over `data` (`put`), params replicated.
@@ -505,6 +553,12 @@ def _train_seed(trainer, seed, writer, flat_hook, mngr, stop, final_path):
   if state is None:
     state = trainer.init(seed)
     start = 0
+    if st.pretrained_params is not None:  # fine-tuning: the checkpoint's weights, fresh optimizer
+      params = jax.device_put(st.pretrained_params, trainer.state_sharding["params"])
+      state = jax.device_put({"params": params, "opt_state": st.tx.init(params),
+                              "step": state["step"]}, trainer.state_sharding)
+      print(f"seed {seed}: starting from the pretrained weights of {cfg.model.pretrained}",
+            file=sys.stderr)
     if tcfg.get("init_from", ""):  # continue another run's parameters with a fresh optimizer
       params, from_step = load_params_from(tcfg.init_from, seed,
                                            trainer.abstract_state["params"],
@@ -803,6 +857,10 @@ def validate_config(config):
   if src and not os.path.isdir(os.path.join(src, f"seed_{int(seeds[0])}", "checkpoints")):
     raise ValueError(f"train.init_from={src!r} is not a workdir with checkpoints of seed "
                      f"{int(seeds[0])}; give a finished run of the same model (or '' = none)")
+  pre = config.model.get("pretrained", "")
+  if pre and not os.path.isfile(os.path.join(pre, "config.json")):
+    raise ValueError(f"model.pretrained={pre!r} is not a Hugging Face GPT-2 checkpoint directory "
+                     f"(config.json + model.safetensors); give one, or '' for random weights")
   if not isinstance(config.get("progress", True), bool):
     raise ValueError(f"progress={config.progress!r} must be True or False")
   n = config.get("num_devices", 0)
@@ -811,4 +869,5 @@ def validate_config(config):
   optim.validate_config(config.optim)
   losses.validate_config(config.loss)
   decoder.validate_model_config(config.model)
+  adversarial.validate_config(config)
   task_cls.validate_config(config)

@@ -51,3 +51,34 @@ def test_init_from_a_different_model_names_the_parameter(tmp_path):
   missing.train.init_from = str(tmp_path / "nowhere")
   with pytest.raises(ValueError, match=r"train\.init_from=.*nowhere.* is not a workdir"):
     train.validate_config(missing)
+
+
+def test_model_pretrained_fine_tunes_from_a_gpt2_checkpoint(tmp_path):
+  """`model.pretrained`: a Hugging Face GPT-2 directory (written by `save_gpt2`) gives the
+  starting weights; the architecture must match the config's, and mismatches are named."""
+  from el_jax.models import decoder, pretrained
+  cfg = _config(**{"model.preset": "gpt2", "optim.name": "sgd", "optim.lr": 1e-9})
+  setup = train.Setup(cfg)
+  _, ckpt_params = decoder.init(setup.model_cfg, 123)  # not the seed-0 init of the run
+  pretrained.save_gpt2(str(tmp_path / "gpt2"), setup.model_cfg, ckpt_params)
+  cfg.model.pretrained = str(tmp_path / "gpt2")
+  train.train_and_evaluate(cfg, str(tmp_path / "ft"))
+  trainer = train.Trainer(train.Setup(cfg))
+  after = jax.tree.leaves(jax.device_get(train.restore_params(trainer, str(tmp_path / "ft"), 0)))
+  ckpt = jax.tree.leaves(jax.device_get(ckpt_params))
+  init0 = jax.tree.leaves(jax.device_get(decoder.init(setup.model_cfg, 0)[1]))
+  assert max(float(np.abs(x - y).max()) for x, y in zip(after, ckpt)) < 1e-6
+  assert max(float(np.abs(x - y).max()) for x, y in zip(after, init0)) > 1e-2
+
+  wrong = _config(**{"model.preset": "gpt2", "model.num_layers": 3})
+  wrong.model.pretrained = str(tmp_path / "gpt2")
+  with pytest.raises(ValueError, match=r"model\.num_layers=3 \(checkpoint 2\)"):
+    train.Setup(wrong)
+  neox = _config()
+  neox.model.pretrained = str(tmp_path / "gpt2")
+  with pytest.raises(ValueError, match=r"set model\.preset='gpt2'"):
+    train.Setup(neox)
+  missing = _config(**{"model.preset": "gpt2"})
+  missing.model.pretrained = str(tmp_path / "nowhere")
+  with pytest.raises(ValueError, match=r"model\.pretrained=.*nowhere.* is not a Hugging Face"):
+    train.validate_config(missing)

@@ -9,6 +9,7 @@ from el_jax.flatness.fisher import FisherResult
 from el_jax.flatness.fisher import fisher_trace
 from el_jax.flatness.fisher import fisher_trace_over_batches
 from el_jax.flatness.hvp_ops import batched_hvp
+from el_jax.flatness.hvp_ops import batched_quadratic_form
 from el_jax.flatness.hvp_ops import hvp
 from el_jax.flatness.spectrum import LanczosResult
 from el_jax.flatness.spectrum import SpectralDensity
@@ -25,6 +26,7 @@ from el_jax.flatness.training import plot_flatness
 
 __all__ = [
     "FisherResult", "LanczosResult", "SpectralDensity", "TraceResult", "batched_hvp",
+    "batched_quadratic_form",
     "fisher_trace", "fisher_trace_over_batches", "hessian_trace",
     "hessian_trace_over_batches", "hvp", "lanczos", "measure_during_training",
     "plot_flatness", "plot_spectral_density", "spectral_density", "top_eigenvalues",

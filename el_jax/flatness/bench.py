@@ -15,6 +15,7 @@ with ~3x the ops of a gradient, costs ~3x) and at `--batch_multiples` larger
 ones (the size a flatness measurement should use anyway). The last line is
 `flatness_bench {json}`.
 """
+import functools
 import json
 import sys
 import time
@@ -31,16 +32,29 @@ from el_jax.models import decoder
 
 
 def _extra(fv):
-  flags.DEFINE_integer("probes", 8, "probes in the batched Hutchinson measurement", flag_values=fv)
-  flags.DEFINE_integer("calls", 10, "calls per function per round", flag_values=fv)
+  flags.DEFINE_list("probes", ["8", "32"], "probe counts per batch for the batched Hutchinson "
+                    "rows (the first is the headline figure and the per-layer row's count)",
+                    flag_values=fv)
+  flags.DEFINE_integer("calls", 10, "calls per function per round (fewer for big probe "
+                       "batches: calls * 8 / probes, at least 1)", flag_values=fv)
   flags.DEFINE_integer("repeats", 5, "interleaved rounds (the median ratio is reported)",
                        flag_values=fv)
   flags.DEFINE_list("batch_multiples", ["1", "8"], "batch sizes to time, as multiples of the "
                     "training batch (the small one is dispatch-bound on CPU)", flag_values=fv)
 
 
+def _positive_ints(name, values):
+  try:
+    out = [int(v) for v in values]
+  except ValueError:
+    out = []
+  if not out or min(out) < 1:
+    raise ValueError(f"--{name}={','.join(values)} must be a list of integers >= 1")
+  return out
+
+
 def make_problem(config):
-  """(loss_fn, logits_fn, params, stacked batch) for the config's copy-task model."""
+  """(setup, loss_fn, logits_fn, params, batch) for the config's copy-task model."""
   setup = train.Setup(config)
   graphdef, params = decoder.init(setup.model_cfg, 0)
   loss_fn, logits_fn = train.ce_objectives(graphdef)
@@ -59,68 +73,105 @@ def _timer(fn, calls):
   return run
 
 
-def measure(loss_fn, logits_fn, params, batch, probes, calls, repeats):
-  """Median over interleaved rounds of (time / gradient time) for each estimator piece."""
+def _flops(compiled):
+  cost = compiled.cost_analysis()
+  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+  return float(cost.get("flops", float("nan")))
+
+
+def measure(loss_fn, logits_fn, params, batch, probe_counts, calls, repeats):
+  """Per-probe / per-draw time and XLA FLOPs of each estimator piece over one gradient's.
+
+  Every function is compiled ahead of time (its `cost_analysis()` gives the
+  FLOPs) and the compiled executable is timed. Rounds are interleaved; the
+  time ratio is the median over rounds of the per-round ratio.
+
+  Returns:
+    (gradient ms, gradient FLOPs, {name: (ms per unit, time ratio, FLOP ratio)}).
+  """
   stacked = jax.tree.map(lambda x: x[None], batch)
   key = jax.random.key(0)
-  grad = jax.jit(jax.grad(loss_fn))
-  fns = {
-      "grad": lambda: grad(params, batch),
-      "probe": lambda: trace_lib._trace_stacked(loss_fn, "hutchinson", 1, "rademacher", None,
-                                                params, stacked, key),
-      "probes": lambda: trace_lib._trace_stacked(loss_fn, "hutchinson", probes, "rademacher",
-                                                 None, params, stacked, key),
-      "fisher_draw": lambda: fisher_lib._fisher_stacked(logits_fn, "single", 1, None, "labels",
-                                                        params, stacked, key),
-      "fisher_draw_per_example": lambda: fisher_lib._fisher_stacked(
-          logits_fn, "per_example", 1, None, "labels", params, stacked, key),
-  }
+  trace = lambda p, per_layer: trace_lib._trace_stacked.lower(
+      loss_fn, "hutchinson", p, "rademacher", None, per_layer, params, stacked, key).compile()
+  fisher = lambda est: fisher_lib._fisher_stacked.lower(
+      logits_fn, est, 1, None, "labels", params, stacked, key).compile()
+  pieces = {"grad": (jax.jit(jax.grad(loss_fn)).lower(params, batch).compile(), (params, batch), 1)}
+  pieces["probe"] = (trace(1, False), (params, stacked, key), 1)
+  for p in probe_counts:
+    pieces[f"probes_{p}"] = (trace(p, False), (params, stacked, key), p)
+  p0 = probe_counts[0]
+  pieces[f"probes_per_layer_{p0}"] = (trace(p0, True), (params, stacked, key), p0)
+  pieces["fisher_draw"] = (fisher("single"), (params, stacked, key), 1)
+  pieces["fisher_draw_per_example"] = (fisher("per_example"), (params, stacked, key), 1)
   runners = {}
-  for name, fn in fns.items():
-    jax.block_until_ready(fn())  # compile
-    runners[name] = _timer(fn, calls)
-    runners[name]()  # warm
-  times = {name: [] for name in fns}
+  for name, (compiled, args, units) in pieces.items():
+    fn = functools.partial(compiled, *args)
+    jax.block_until_ready(fn())  # warm
+    runners[name] = _timer(fn, max(1, calls * 8 // max(units, 8)))
+  times = {name: [] for name in pieces}
+  names = list(pieces)
   for r in range(repeats):
-    for name in (list(fns) if r % 2 == 0 else list(fns)[::-1]):
-      times[name].append(runners[name]() / (probes if name == "probes" else 1))
+    for name in (names if r % 2 == 0 else names[::-1]):
+      times[name].append(runners[name]() / pieces[name][2])
   g = np.asarray(times["grad"])
-  ratio = {name: float(np.median(np.asarray(t) / g)) for name, t in times.items() if name != "grad"}
-  return 1e3 * float(np.median(g)), {k: 1e3 * float(np.median(v)) for k, v in times.items()}, ratio
+  g_flops = _flops(pieces["grad"][0])
+  out = {}
+  for name, (compiled, _, units) in pieces.items():
+    if name != "grad":
+      out[name] = (1e3 * float(np.median(times[name])),
+                   float(np.median(np.asarray(times[name]) / g)),
+                   _flops(compiled) / units / g_flops)
+  return 1e3 * float(np.median(g)), g_flops, out
 
 
-LABELS = {"probe": "one Hutchinson probe (HVP)", "probes": "batched probe (per probe)",
-          "fisher_draw": "one Fisher draw (single)",
-          "fisher_draw_per_example": "one Fisher draw (per-example)"}
-TARGETS = {"probes": 1.5, "fisher_draw": 1.3}
+def _label(name):
+  if name == "probe":
+    return "one Hutchinson probe (v^T H v)", None
+  if name.startswith("probes_per_layer_"):
+    return f"probe in {name.rsplit('_', 1)[1]}, per-layer (HVP)", None
+  if name.startswith("probes_"):
+    return f"probe in a batch of {name.rsplit('_', 1)[1]}", 1.5
+  return {"fisher_draw": ("one Fisher draw (single)", 1.3),
+          "fisher_draw_per_example": ("one Fisher draw (per-example)", None)}[name]
 
 
 @cli.guard
 def main(argv=None):
   config, _, fv = cli.parse(sys.argv if argv is None else argv, extra_flags=_extra,
                             require_workdir=False, doc=__doc__)
+  probe_counts = _positive_ints("probes", fv.probes)
+  multiples = _positive_ints("batch_multiples", fv.batch_multiples)
   cli.log_devices()
   setup, loss_fn, logits_fn, params, batch = make_problem(config)
   m = setup.model_cfg
   n_params = decoder.num_params(params)
   print(f"model: {m.num_layers} layers x {m.embed_dim} wide, {n_params} params, "
-        f"{jax.devices()[0].platform}; {fv.repeats} interleaved rounds of {fv.calls} calls, "
-        f"{fv.probes} probes per linearisation")
-  out = {"num_params": n_params, "num_probes": fv.probes}
-  for mult in [int(x) for x in fv.batch_multiples]:
+        f"{jax.devices()[0].platform}; {fv.repeats} interleaved rounds of {fv.calls} calls "
+        f"({fv.calls} * 8 / probes for probe batches), probes per batch {probe_counts}")
+  print("columns: time per probe (or draw), its median ratio to one gradient over the rounds, "
+        "and XLA's FLOP count per probe over the gradient's")
+  out = {"num_params": n_params, "num_probes": probe_counts}
+  for mult in multiples:
     b = jax.tree.map(lambda x: np.concatenate([x] * mult), batch)
-    g_ms, ms, ratio = measure(loss_fn, logits_fn, params, b, fv.probes, fv.calls, fv.repeats)
+    g_ms, g_flops, res = measure(loss_fn, logits_fn, params, b, probe_counts, fv.calls,
+                                 fv.repeats)
     print(f"batch {b['inputs'].shape[0]} x {b['inputs'].shape[1]} tokens "
           f"({int(b['loss_mask'].sum())} scored; {mult}x the training batch): "
-          f"gradient {g_ms:.2f} ms")
-    for name, label in LABELS.items():
-      t = f"  (target <= {TARGETS[name]}x)" if name in TARGETS else ""
-      print(f"  {label:32s}{ms[name]:9.2f} ms = {ratio[name]:.2f}x gradient{t}")
-    out[f"x{mult}"] = {"contexts": int(b["inputs"].shape[0]), "grad_ms": g_ms,
-                       "probe_over_grad": ratio["probe"],
-                       "batched_probe_over_grad": ratio["probes"],
-                       "fisher_draw_over_grad": ratio["fisher_draw"],
-                       "fisher_draw_per_example_over_grad": ratio["fisher_draw_per_example"]}
+          f"gradient {g_ms:.2f} ms, {g_flops / 1e9:.3f} GFLOP")
+    for name, (ms, ratio, flops) in res.items():
+      label, target = _label(name)
+      t = f"  (target <= {target}x)" if target else ""
+      print(f"  {label:36s}{ms:9.2f} ms = {ratio:.2f}x gradient, FLOPs {flops:.2f}x{t}")
+    p0 = probe_counts[0]
+    out[f"x{mult}"] = {
+        "contexts": int(b["inputs"].shape[0]), "grad_ms": g_ms, "grad_gflop": g_flops / 1e9,
+        "probe_over_grad": res["probe"][1],
+        "batched_probe_over_grad": res[f"probes_{p0}"][1],
+        "batched_probe_over_grad_by_probes": {p: res[f"probes_{p}"][1] for p in probe_counts},
+        "per_layer_probe_over_grad": res[f"probes_per_layer_{p0}"][1],
+        "fisher_draw_over_grad": res["fisher_draw"][1],
+        "fisher_draw_per_example_over_grad": res["fisher_draw_per_example"][1],
+        "flops_over_grad": {k: v[2] for k, v in res.items()}}
   print("flatness_bench " + json.dumps(out))
   return out
 

@@ -2,9 +2,12 @@
 
 Hutchinson: tr(H) = E[v^T H v] for probes with E[v v^T] = I (Rademacher by
 default: for a diagonal H every Rademacher probe is exact, and the variance
-2 sum_{i != j} H_ij^2 is never worse than Gaussian's). Per-layer traces use the
-same probes: E[v_l^T (H v)_l] = tr(H_ll), so the per-layer values add up to the
-total probe by probe.
+2 sum_{i != j} H_ij^2 is never worse than Gaussian's). By default each v^T H v
+comes from forward-over-forward differentiation (`hvp_ops.quadratic_form`,
+no backward pass, the cheapest probe). With `per_layer=True` each probe is a
+full HVP instead and the per-layer traces use the same probes:
+E[v_l^T (H v)_l] = tr(H_ll), so the per-layer values add up to the total probe
+by probe. Both give the same estimate up to float rounding.
 
 Hutch++ (Meyer et al. 2021) spends a third of the matvecs on a sketch Q of the
 top eigenspace, a third on tr(Q^T H Q) and the rest on Hutchinson for the
@@ -40,8 +43,9 @@ class TraceResult:
     stderr: Monte-Carlo standard error given the data (0 for "exact"; for
       "hutch++" that of its Hutchinson residual, given the sketch).
     per_layer: parameter path -> its block's trace; values add up to `estimate`.
+      Empty for "hutchinson" unless it was called with `per_layer=True`.
     method: "hutchinson" | "hutch++" | "exact".
-    num_matvecs: Hessian-vector products per batch.
+    num_matvecs: Hessian-vector products (or quadratic forms v^T H v) per batch.
     num_batches: batches averaged over.
     num_examples: examples that went in (batches x leading batch dim).
     batch_stderr: spread of the per-batch estimates / sqrt(num_batches): data
@@ -76,8 +80,13 @@ def _mc(samples):
   return jnp.mean(samples), se2
 
 
-def _hutchinson(loss_fn, params, batch, key, num_probes, distribution, chunk):
+def _hutchinson(loss_fn, params, batch, key, num_probes, distribution, chunk, per_layer):
   vs = _util.random_like(key, params, num_probes, distribution)
+  if not per_layer:  # v^T H v alone: forward-over-forward, no H v
+    q_p = hvp_lib.map_probes(
+        functools.partial(hvp_lib.quadratic_form, loss_fn, params, batch), vs, chunk)
+    est, se2 = _mc(q_p)
+    return est, se2, jnp.zeros((0,), q_p.dtype)
   hvs = hvp_lib.map_probes(hvp_lib.linearized_hvp(loss_fn, params, batch), vs, chunk)
   per_LxP = jnp.stack(_util.stacked_leaf_dots(vs, hvs))
   est, se2 = _mc(per_LxP.sum(0))
@@ -90,7 +99,8 @@ def _random_rows(key, num, n, dtype, distribution):
   return jax.random.normal(key, (num, n), dtype=dtype)
 
 
-def _hutchpp(loss_fn, params, batch, key, num_probes, distribution, chunk):
+def _hutchpp(loss_fn, params, batch, key, num_probes, distribution, chunk, per_layer):
+  del per_layer  # the split costs nothing extra here: always computed
   flat, _ = ravel_pytree(params)
   n, dt = flat.shape[0], flat.dtype
   mv = _flat_matvec(loss_fn, params, batch)
@@ -110,8 +120,8 @@ def _hutchpp(loss_fn, params, batch, key, num_probes, distribution, chunk):
   return est, se2, _segment_sums(low_n + res_rxn.mean(0), params)
 
 
-def _exact(loss_fn, params, batch, key, num_probes, distribution, chunk):
-  del key, num_probes, distribution
+def _exact(loss_fn, params, batch, key, num_probes, distribution, chunk, per_layer):
+  del key, num_probes, distribution, per_layer  # the split is always computed
   flat, _ = ravel_pytree(params)
   n = flat.shape[0]
   mv = _flat_matvec(loss_fn, params, batch)
@@ -132,16 +142,20 @@ def _exact(loss_fn, params, batch, key, num_probes, distribution, chunk):
 _IMPLS = {"hutchinson": _hutchinson, "hutch++": _hutchpp, "exact": _exact}
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4))
-def _trace_stacked(loss_fn, method, num_probes, distribution, chunk, params, stacked, key):
-  """Per-batch (estimate, se^2, per-leaf) over a stack of batches (scan)."""
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4, 5))
+def _trace_stacked(loss_fn, method, num_probes, distribution, chunk, per_layer, params, stacked,
+                   key):
+  """Per-batch (estimate, se^2, per-leaf [0 leaves if not computed]) over a stack of batches."""
   k = jax.tree.leaves(stacked)[0].shape[0]
   impl = _IMPLS[method]
-  one = lambda xs: impl(loss_fn, params, xs[0], xs[1], num_probes, distribution, chunk)
+  one = lambda xs: impl(loss_fn, params, xs[0], xs[1], num_probes, distribution, chunk, per_layer)
   return jax.lax.map(one, (stacked, jax.random.split(key, k)))
 
 
-def _validate(loss_fn, params, batch, method, num_probes, distribution, validate, max_exact):
+def _validate(loss_fn, params, batch, method, num_probes, distribution, validate, max_exact,
+              per_layer):
+  if not isinstance(per_layer, (bool, np.bool_)):
+    raise ValueError(f"per_layer must be True or False, got {per_layer!r}")
   if method not in METHODS:
     raise ValueError(f"unknown method {method!r}; valid methods: {METHODS}")
   if distribution not in DISTRIBUTIONS:
@@ -166,7 +180,8 @@ def _num_matvecs(method, num_probes, params):
 def hessian_trace_over_batches(loss_fn, params, batches, *, key, num_probes=None,
                                method="hutchinson", distribution="rademacher",
                                num_batches=None, chunk_size=None, mesh=None,
-                               validate=True, max_exact_params=MAX_EXACT_PARAMS):
+                               validate=True, max_exact_params=MAX_EXACT_PARAMS,
+                               per_layer=False):
   """tr(H) of the loss averaged over several batches (a scan over the batches).
 
   Each batch gets its own probes, so `batch_stderr` measures data subsampling
@@ -186,24 +201,29 @@ def hessian_trace_over_batches(loss_fn, params, batches, *, key, num_probes=None
       is split over it, params replicated.
     validate: check the loss is scalar and deterministic first.
     max_exact_params: refuse "exact" above this many parameters.
+    per_layer: "hutchinson" only: also split the trace by parameter leaf. Each
+      probe is then a full HVP (~2x a gradient) instead of a forward-over-
+      forward v^T H v (~1.75x in FLOPs); "hutch++" and "exact" always split.
 
   Returns:
     TraceResult.
   """
   stacked, k = _util.stack_batches(batches, num_batches)
   first = _util.first(stacked)
-  _validate(loss_fn, params, first, method, num_probes, distribution, validate, max_exact_params)
+  _validate(loss_fn, params, first, method, num_probes, distribution, validate, max_exact_params,
+            per_layer)
   if mesh is not None:
     stacked, params = _util.shard_stacked(stacked, params, mesh)
   est_k, se2_k, per_kxl = jax.device_get(_trace_stacked(
       loss_fn, method, num_probes if method != "exact" else 0, distribution, chunk_size,
-      params, stacked, key))
+      bool(per_layer), params, stacked, key))
   est_k, se2_k, per_kxl = (np.asarray(x, np.float64) for x in (est_k, se2_k, per_kxl))
   names = _util.leaf_names(params)
   return TraceResult(
       estimate=float(est_k.mean()),
       stderr=float(np.sqrt(se2_k.sum()) / k),
-      per_layer={n: float(v) for n, v in zip(names, per_kxl.mean(0))},
+      per_layer=({n: float(v) for n, v in zip(names, per_kxl.mean(0))}
+                 if per_kxl.shape[1] else {}),
       method=method,
       num_matvecs=_num_matvecs(method, num_probes, params),
       num_batches=k,
@@ -214,7 +234,7 @@ def hessian_trace_over_batches(loss_fn, params, batches, *, key, num_probes=None
 
 def hessian_trace(loss_fn, params, batch, *, key, num_probes=None, method="hutchinson",
                   distribution="rademacher", chunk_size=None, validate=True,
-                  max_exact_params=MAX_EXACT_PARAMS):
+                  max_exact_params=MAX_EXACT_PARAMS, per_layer=False):
   """tr(H) of `loss_fn` at `params` on one batch.
 
   Args:
@@ -229,6 +249,8 @@ def hessian_trace(loss_fn, params, batch, *, key, num_probes=None, method="hutch
     chunk_size: probes vmapped over one linearisation at a time (None: all).
     validate: check the loss is scalar and deterministic first.
     max_exact_params: refuse "exact" above this many parameters.
+    per_layer: "hutchinson" only: also split by parameter leaf (each probe a
+      full HVP, dearer); "hutch++" and "exact" always split.
 
   Returns:
     TraceResult with `estimate`, `stderr` (0 for exact) and `per_layer`.
@@ -236,4 +258,4 @@ def hessian_trace(loss_fn, params, batch, *, key, num_probes=None, method="hutch
   return hessian_trace_over_batches(
       loss_fn, params, [batch], key=key, num_probes=num_probes, method=method,
       distribution=distribution, chunk_size=chunk_size, validate=validate,
-      max_exact_params=max_exact_params)
+      max_exact_params=max_exact_params, per_layer=per_layer)

@@ -284,6 +284,9 @@ def plot(result, path):
   names = [n for n in ("adamw", "adamw_matched", "adversarial", "lookup_table") if n in m]
   colors = [{"adamw": "tab:blue", "adamw_matched": "tab:cyan", "adversarial": "tab:red",
              "lookup_table": "tab:gray"}[n] for n in names]
+  matched_step = m.get("adamw_matched", {}).get("step")
+  shown = {"adamw": "AdamW", "adamw_matched": f"AdamW step\n{matched_step} (= loss)",
+           "adversarial": "adversarial", "lookup_table": "lookup\ntable"}
   fig, ax = plt.subplots(1, 4, figsize=(15, 3.6))
   ax[0].bar(names, [m[n]["valid_mlm_loss"] for n in names], color=colors)
   lo = min(m[n]["valid_mlm_loss"] for n in names)
@@ -315,6 +318,7 @@ def plot(result, path):
                   fontsize=9)
   ax[3].legend(fontsize=7)
   for a in ax:
+    a.set_xticks(a.get_xticks(), [shown[t.get_text()] for t in a.get_xticklabels()])
     a.tick_params(axis="x", labelsize=8)
   fig.suptitle(f"seed 002 Tables 1-2 at size '{result['size']}' (adversarial weight "
                f"{result['pilot']['chosen_weight']:g}, task {result['adversarial']['task']})",

@@ -23,7 +23,7 @@ demo: $(STAMP)
 	$(PY) -m el_jax.demo --workdir=results/demo
 
 test: $(STAMP)
-	$(PY) -m pytest -q -n 2 --dist loadfile tests
+	$(PY) -m pytest -q -n 2 --dist worksteal tests
 
 bench: $(STAMP)
 	$(PY) -m el_jax.bench --config=configs/copy_task.py:cpu

@@ -43,6 +43,7 @@ def get_config(arg="cpu"):
   c.data.num_test = 1000  # fixed test strings
   c.data.data_seed = 0  # seed of the generated dataset (fixed across model seeds)
   c.data.context_len = 2013  # tokens per context: a multiple of the string length L_p + 2 L_c + 3
+  c.data.pipeline = "memory"  # training batches: "memory" (in-memory arrays) | "grain" (TFDS array_record files + grain loader, el_jax.data.loader)
 
   c.model = ml_collections.ConfigDict()
   c.model.preset = "gpt_neox"  # "gpt_neox" (rotary, parallel residual, untied) | "gpt2"
@@ -89,6 +90,8 @@ def get_config(arg="cpu"):
   c.train.checkpoint_every = 1000  # steps between orbax checkpoints
   c.train.eval_batch_contexts = 8  # contexts per evaluation call
   c.train.stop_at_step = 0  # stop (resumably) after this step, 0 = run to num_steps
+  c.train.vmap_seeds = False  # True: train all seeds as one stacked, jitted program (el_jax.seeds)
+  c.train.vmap_seeds_impl = "auto"  # its step: "vmap" | "map" (lax.map over seeds) | "auto" (map on CPU, else vmap)
 
   c.flatness = ml_collections.ConfigDict()
   c.flatness.every = 0  # steps between Hessian / Fisher measurements (0 = off)

@@ -49,6 +49,7 @@ def get_config(arg="cpu"):
   c.data.num_test = 20_000  # test graphs (generated, or the first ones of test_file; 0 = all)
   c.data.test_file = ""  # reference-format test file; {degree} {path_len} {num_nodes} are filled in ("" = generate)
   c.data.data_seed = 0  # seed of the generated graphs
+  c.data.pipeline = "memory"  # training batches: "memory" (in-memory arrays) | "grain" (TFDS array_record files + grain loader, el_jax.data.loader)
 
   c.model = ml_collections.ConfigDict()
   c.model.preset = "gpt2"  # nanoGPT-style: learned positions, pre-LN, tied embeddings
@@ -96,6 +97,8 @@ def get_config(arg="cpu"):
   c.train.eval_batch_size = 2000  # graphs per evaluation call
   c.train.eval_train_graphs = 2000  # training graphs evaluated (the first ones)
   c.train.stop_at_step = 0  # stop (resumably) after this step, 0 = run to num_steps
+  c.train.vmap_seeds = False  # True: train all seeds as one stacked, jitted program (el_jax.seeds)
+  c.train.vmap_seeds_impl = "auto"  # its step: "vmap" | "map" (lax.map over seeds) | "auto" (map on CPU, else vmap)
 
   c.flatness = ml_collections.ConfigDict()
   c.flatness.every = 0  # steps between Hessian / Fisher measurements (0 = off)

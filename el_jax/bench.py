@@ -15,6 +15,12 @@ only the scored ones; `--flops` adds XLA's FLOP estimate per step.
 No XLA flags are set here: XNNPACK / oneDNN dots measured no faster on this
 model (docs/bench.md).
 
+`--seeds=S` times instead S model seeds trained one jitted step per seed (the
+sequential loop of `train.train_seed`) against the stacked program of
+`train.vmap_seeds` (`el_jax.seeds`, each of `--seeds_impls`), in interleaved
+rounds, and prints seed-steps per second for each with the per-round ratio to
+sequential (median, min..max), in wall and in process CPU time.
+
 `experiments/bench_vs_torch.py` uses `StepRunner` to time el_jax against
 Hugging Face GPT-NeoX on PyTorch in alternating windows; docs/bench.md has
 the figures.
@@ -38,6 +44,10 @@ def _extra(fv):
                     flag_values=fv)
   flags.DEFINE_bool("all_positions", False, "time the step that computes logits at every "
                     "position (as before the scored-positions gather)", flag_values=fv)
+  flags.DEFINE_integer("seeds", 0, "time S seeds: sequential steps vs the stacked program of "
+                       "train.vmap_seeds (0 = time the losses instead)", flag_values=fv)
+  flags.DEFINE_list("seeds_impls", ["map", "vmap"], "stacked implementations timed with "
+                    "--seeds (el_jax.seeds.IMPLS)", flag_values=fv)
   flags.DEFINE_bool("flops", False, "also print XLA's FLOP estimate per step (one more "
                     "compilation per loss)", flag_values=fv)
 
@@ -83,6 +93,71 @@ class StepRunner:
     return float(cost.get("flops", float("nan")))
 
 
+class SeedsRunner:
+  """`num_seeds` seeds of `setup`'s config advanced together, in `mode` "sequential" (one
+  jitted `Trainer.step` per seed, as `train.train_seed`) or a stacked implementation of
+  `el_jax.seeds` ("map", "vmap"). `runner(steps)` runs `steps` steps of every seed and
+  returns the wall seconds per step (all seeds); `last_cpu` is the process CPU time."""
+
+  def __init__(self, setup, num_seeds, mode, warmup=5):
+    from el_jax import seeds as seeds_lib
+    trainer = train.Trainer(setup)
+    self.mode, seeds = mode, tuple(range(num_seeds))
+    nb = min(setup.steps_per_epoch, 8)
+    if mode == "sequential":
+      self.step = trainer.step
+      self.states = [trainer.init(s) for s in seeds]
+      self.batches = [[trainer.put_batch(setup.batch(s, i)) for s in seeds] for i in range(nb)]
+    else:
+      stacked = seeds_lib.StackedTrainer(trainer, seeds, mode)
+      self.step = stacked.step
+      self.states = [stacked.init()]
+      self.batches = [[stacked.put_batch(stacked.host_batch(i))] for i in range(nb)]
+    self._i = 0
+    self(max(warmup, 1))  # the first call compiles
+
+  def __call__(self, steps):
+    t0, c0 = time.perf_counter(), time.process_time()
+    states = self.states
+    for _ in range(steps):
+      batches = self.batches[self._i % len(self.batches)]
+      states = [self.step(s, b)[0] for s, b in zip(states, batches)]
+      self._i += 1
+    jax.block_until_ready(states)
+    self.states = states
+    self.last_cpu = (time.process_time() - c0) / steps
+    return (time.perf_counter() - t0) / steps
+
+
+def bench_seeds(config, num_seeds, impls, steps, repeats, warmup):
+  """Prints seed-steps per second of sequential and stacked training (interleaved rounds)."""
+  setup = train.Setup(config)
+  modes = ["sequential", *impls]
+  runners = {m: SeedsRunner(setup, num_seeds, m, warmup) for m in modes}
+  wall = {m: [] for m in modes}
+  cpu = {m: [] for m in modes}
+  for r in range(repeats):
+    for m in (modes if r % 2 == 0 else modes[::-1]):
+      wall[m].append(runners[m](steps))
+      cpu[m].append(runners[m].last_cpu)
+  m = setup.model_cfg
+  print(f"model: {m.num_layers} layers x {m.embed_dim} wide, "
+        f"{type(setup.task).rows_per_step(config)} x {setup.task.context_len} tokens per step "
+        f"per seed, {jax.device_count()} {jax.devices()[0].platform} device(s); {num_seeds} "
+        f"seeds; {repeats} interleaved rounds of {steps} steps")
+  for mode in modes:
+    line = (f"seeds={num_seeds} mode={mode:10s} seed_steps_per_s="
+            f"{num_seeds / float(np.median(wall[mode])):8.2f} cpu_seed_steps_per_s="
+            f"{num_seeds / float(np.median(cpu[mode])):8.2f}")
+    if mode != "sequential":
+      # seed-steps/s ratio = sequential time / stacked time, per round
+      med, lo, hi = overhead({"a": wall["sequential"], "b": wall[mode]}, "a", "b")
+      cmed, clo, chi = overhead({"a": cpu["sequential"], "b": cpu[mode]}, "a", "b")
+      line += (f" ratio_vs_sequential: wall {1 + med:.2f} (rounds {1 + lo:.2f}..{1 + hi:.2f}),"
+               f" cpu {1 + cmed:.2f} (rounds {1 + clo:.2f}..{1 + chi:.2f})")
+    print(line)
+
+
 def time_steps(config, steps, repeats, warmup):
   """Median seconds per train step for `config` (compilation excluded)."""
   runner = StepRunner(config, warmup)
@@ -124,6 +199,13 @@ def main(argv=None):
   config, _, fv = cli.parse(sys.argv if argv is None else argv, extra_flags=_extra,
                             require_workdir=False, doc=__doc__)
   cli.log_devices()
+  if fv.seeds:
+    bad = [i for i in fv.seeds_impls if i not in ("map", "vmap")]
+    if fv.seeds < 1 or bad:
+      raise ValueError(f"--seeds={fv.seeds} --seeds_impls={','.join(fv.seeds_impls)}: give "
+                       f"--seeds >= 1 and implementations among map, vmap")
+    bench_seeds(config, fv.seeds, fv.seeds_impls, fv.steps, fv.repeats, fv.warmup)
+    return
   names = ["ce", "e1", "e2", "e3"] if fv.compare_losses else [config.loss.name]
   if config.loss.name not in names:
     names.append(config.loss.name)

@@ -153,8 +153,8 @@ def inert_keys(flat):
   """Dotted keys of a flattened config that cannot change what is trained or evaluated:
   the hyperparameters of losses other than `loss.name` (configs carry every loss's, so that
   sweeps can switch by name), the reweighting fields while `loss.reduction` is the plain
-  mean, `optim.decay_frac` unless the schedule is "wsd", and a disabled `adversarial`
-  block. A field added to the configs later is inert in the old runs' configs too, so
+  mean, `optim.decay_frac` unless the schedule is "wsd", a disabled `adversarial`
+  block, the default `data.pipeline="memory"` and `data.max_sentences=0`. A field added to the configs later is inert in the old runs' configs too, so
   their workdirs and result rows stay comparable."""
   from el_jax import losses
   out = set()
@@ -171,6 +171,10 @@ def inert_keys(flat):
     out.add("optim.decay_frac")
   if flat.get("adversarial.enabled", False) in (False, "<absent>"):
     out |= {k for k in flat if k.startswith("adversarial.")}
+  if flat.get("data.pipeline", "memory") in ("memory", "<absent>"):  # the default data path
+    out.add("data.pipeline")
+  if flat.get("data.max_sentences", 0) in (0, "<absent>"):  # text_lm: every sentence
+    out.add("data.max_sentences")
   return out
 
 

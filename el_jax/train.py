@@ -36,6 +36,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from el_jax import adversarial
+from el_jax import distributed
 from el_jax import losses
 from el_jax import optim
 from el_jax import runner
@@ -91,11 +92,15 @@ def load_pretrained(config, task):
 
 
 def make_mesh(num_devices=0):
-  """1-D `data` mesh over the first `num_devices` local devices (0 = all)."""
+  """1-D `data` mesh over the first `num_devices` devices (0 = all). With several processes
+  (el_jax.distributed) `jax.devices()` are those of every process, and the mesh takes them all."""
   devs = jax.devices()
   n = num_devices or len(devs)
   if n > len(devs):
     raise ValueError(f"num_devices={n} but only {len(devs)} devices are visible")
+  if jax.process_count() > 1 and n != len(devs):
+    raise ValueError(f"num_devices={n}: with {jax.process_count()} processes the mesh must take "
+                     f"every device of every process; set num_devices=0 (or {len(devs)})")
   return jax.make_mesh((n,), ("data",), axis_types=(jax.sharding.AxisType.Auto,), devices=devs[:n])
 
 
@@ -228,15 +233,22 @@ class Trainer:
     # Inputs arrive sharded over `data` (`put`), params replicated.
     self.decode = jax.jit(setup.task.decode_fn(self.graphdef))
     self.num_devices = mesh.devices.size
+    self.num_processes = jax.process_count()
+    if self.num_processes > 1:  # el_jax.distributed: predictions replicated, readable by every process
+      self.decode = jax.jit(setup.task.decode_fn(self.graphdef), out_shardings=self.repl)
 
   def init(self, seed):
     return self._init(seed)
 
   def put_batch(self, batch):
+    if self.num_processes > 1:  # each process puts its own rows of the global batch
+      return distributed.put_rows(batch, self.data_sharding)
     return jax.device_put(batch, self.data_sharding)
 
   def put(self, arrays):
     """Host arrays (or a tuple of them) -> device arrays sharded over `data`."""
+    if self.num_processes > 1:
+      return distributed.put_rows(arrays, self.data_sharding)
     return jax.device_put(arrays, self.data_sharding)
 
   def evaluate(self, params, dataset):
@@ -319,17 +331,61 @@ class MetricsWriter:
       self._rewrite(keep)
 
 
-def _checkpoint_manager(path, every, keep=2):
+class _NoMetrics(MetricsWriter):
+  """The MetricsWriter of processes other than process 0 (el_jax.distributed): writes nothing."""
+
+  def write(self, row):
+    pass
+
+  def repair(self):
+    pass
+
+  def truncate(self, seed, after_step, eval_at=None):
+    pass
+
+
+def _checkpoint_manager(path, every, keep=2, item_names=None):
   """Orbax manager keeping the newest `keep` checkpoints (0 = every one, e.g. to measure
-  flatness and probes along training; `train.keep_checkpoints`)."""
+  flatness and probes along training; `train.keep_checkpoints`). `item_names`: see
+  `DATA_ITEMS` (None: the train state alone)."""
   options = ocp.CheckpointManagerOptions(max_to_keep=keep or None,
                                          save_interval_steps=max(every, 1),
                                          enable_async_checkpointing=False, create=True)
-  return ocp.CheckpointManager(os.path.abspath(path), options=options)
+  return ocp.CheckpointManager(os.path.abspath(path), options=options, item_names=item_names)
 
 
-def restore_latest(mngr, abstract_state, state_sharding):
-  """Restores the newest checkpoint, or returns None if there is none."""
+# --- Data iterators (a task's `data_iterator`, e.g. the copy task's data.pipeline="grain").
+# Their state is saved in each checkpoint as the JSON item "data" beside the train state,
+# which keeps orbax's item name "default" (where a checkpoint of the state alone has it), so
+# that `load_params_from` reads the params of either kind.
+DATA_ITEMS = ("default", "data")
+
+
+def _save_args(state, data_it):
+  if data_it is None:
+    return ocp.args.StandardSave(state)
+  return ocp.args.Composite(default=ocp.args.StandardSave(state),
+                            data=ocp.args.JsonSave(data_it.get_state()))
+
+
+def _restore_args(target, data_it):
+  if data_it is None:
+    return ocp.args.StandardRestore(target)
+  return ocp.args.Composite(default=ocp.args.StandardRestore(target),
+                            data=ocp.args.JsonRestore())
+
+
+def _restored_state(restored, data_it):
+  """The train state of a restore; sets `data_it` to the saved data-iterator state."""
+  if data_it is None:
+    return restored
+  data_it.set_state(restored["data"])
+  return restored["default"]
+
+
+def restore_latest(mngr, abstract_state, state_sharding, data_it=None):
+  """Restores the newest checkpoint, or returns None if there is none (and, with a task's
+  `data_iterator`, sets it to the state saved with that checkpoint)."""
   step = mngr.latest_step()
   if step is None:
     return None
@@ -337,10 +393,10 @@ def restore_latest(mngr, abstract_state, state_sharding):
                         abstract_state, state_sharding)
   with _quiet_async_noise():
     try:
-      return mngr.restore(step, args=ocp.args.StandardRestore(target))
+      return _restored_state(mngr.restore(step, args=_restore_args(target, data_it)), data_it)
     except Exception as e:  # orbax raises many types for damaged files
       err = e
-      _silence_abandoned_reads()
+      _silence_abandoned_reads(os.path.join(str(mngr.directory), str(step)))
   detail = (str(err).splitlines()[0] if str(err) else "").split(" See full TensorStore")[0]
   others = [x for x in mngr.all_steps() if x != step]
   fallback = (f"move it away to resume from the checkpoint of step {max(others)}"
@@ -382,26 +438,28 @@ class _quiet_async_noise:
 
 
 _ABANDONED = ("Encountered error while reading array index", "Event loop is closed",
-              "_read_array_index_and_device_put")
+              "_read_array_index_and_device_put", "async_deserialize")
 
 
-def _silence_abandoned_reads():
-  """After orbax gave up a restore, its other reads of the damaged checkpoint fail later
-  in the background: each prints a long TensorStore spec ("Exception ignored in
+def _silence_abandoned_reads(path):
+  """After orbax gave up a restore, its other reads of the damaged checkpoint `path` fail
+  later in the background: each prints a long TensorStore spec ("Exception ignored in
   <coroutine _read_array_index_and_device_put>", "Task exception was never
-  retrieved"), hundreds of lines at exit. The one error that matters has been
-  raised; this drops those repeats (only them) for the rest of the process."""
+  retrieved" with the traceback of `async_deserialize`), hundreds of lines at exit. The
+  one error that matters has been raised; this drops those repeats (only reports that
+  name the abandoned reads or the damaged checkpoint) for the rest of the process."""
   import gc
   import logging
   import warnings
 
+  keys = _ABANDONED + (path,)
   if getattr(sys.unraisablehook, "_el_jax", False):
     return
   previous = sys.unraisablehook
 
   def hook(unraisable):
     text = f"{unraisable.exc_value!r} {unraisable.object!r}"
-    if not any(k in text for k in _ABANDONED):
+    if not any(k in text for k in keys):
       previous(unraisable)
 
   hook._el_jax = True
@@ -410,7 +468,7 @@ def _silence_abandoned_reads():
   class _Drop(logging.Filter):
     def filter(self, record):
       text = record.getMessage() + repr(getattr(record, "exc_info", ""))
-      return not any(k in text for k in _ABANDONED)
+      return not any(k in text for k in keys)
 
   logging.getLogger("asyncio").addFilter(_Drop())
   warnings.filterwarnings("ignore", message="coroutine '_read_array_index_and_device_put'")
@@ -458,10 +516,16 @@ def load_params_from(workdir, seed, abstract_params, sharding, step=None):
                      + (f" at step {step}" if step is not None else "")
                      + f"; saved steps: {steps}")
   step = steps[-1] if step is None else step
-  mngr = _checkpoint_manager(os.path.join(workdir, f"seed_{seed}", "checkpoints"), 1, keep=0)
+  # Restored onto this process's first device whatever the devices that saved it: a
+  # checkpoint of a multi-process run (el_jax.distributed) names devices this process lacks.
+  mngr = ocp.CheckpointManager(os.path.abspath(os.path.join(workdir, f"seed_{seed}", "checkpoints")),
+                               item_handlers=ocp.StandardCheckpointHandler())
   try:
     with _quiet_async_noise():
-      raw = mngr.restore(step, args=ocp.args.StandardRestore())["params"]
+      here = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+      target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=here),
+                            mngr.item_metadata(step))
+      raw = mngr.restore(step, args=ocp.args.StandardRestore(target))["params"]
   finally:
     mngr.close()
   have = {_path_names(p): v for p, v in jax.tree_util.tree_flatten_with_path(raw)[0]}
@@ -522,7 +586,7 @@ def train_seed(trainer: Trainer, seed, workdir, writer, flat_hook=None):
   tcfg = cfg.train
   sdir = os.path.join(workdir, f"seed_{seed}")
   final_path = os.path.join(sdir, "final.json")
-  final = _read_final(seed, sdir, tcfg.num_steps)
+  final = distributed.from_main(lambda: _read_final(seed, sdir, tcfg.num_steps))
   if final is not None:
     return final
   os.makedirs(sdir, exist_ok=True)
@@ -537,19 +601,21 @@ def train_seed(trainer: Trainer, seed, workdir, writer, flat_hook=None):
           file=sys.stderr)
     writer.truncate(seed, latest)  # rows a killed run logged past its last checkpoint
     return None
+  data_it = st.task.data_iterator(seed)  # None: batches from st.batch(seed, step)
   mngr = _checkpoint_manager(os.path.join(sdir, "checkpoints"), tcfg.checkpoint_every,
-                             tcfg.get("keep_checkpoints", 2))
+                             tcfg.get("keep_checkpoints", 2),
+                             item_names=DATA_ITEMS if data_it is not None else None)
   try:
-    return _train_seed(trainer, seed, writer, flat_hook, mngr, stop, final_path)
+    return _train_seed(trainer, seed, writer, flat_hook, mngr, stop, final_path, data_it)
   finally:
     mngr.close()
 
 
-def _train_seed(trainer, seed, writer, flat_hook, mngr, stop, final_path):
+def _train_seed(trainer, seed, writer, flat_hook, mngr, stop, final_path, data_it=None):
   st = trainer.setup
   cfg = st.config
   tcfg = cfg.train
-  state = restore_latest(mngr, trainer.abstract_state, trainer.state_sharding)
+  state = restore_latest(mngr, trainer.abstract_state, trainer.state_sharding, data_it)
   if state is None:
     state = trainer.init(seed)
     start = 0
@@ -570,6 +636,9 @@ def _train_seed(trainer, seed, writer, flat_hook, mngr, stop, final_path):
   else:
     start = int(state["step"])
     print(f"seed {seed}: resuming from the checkpoint of step {start}", file=sys.stderr)
+    if data_it is not None and data_it.step != start:
+      raise RuntimeError(f"checkpoint {mngr.directory}/{start}: its data-iterator state is at "
+                         f"step {data_it.step}, not {start}; the checkpoint is inconsistent")
   # Rows logged past the resume point (all of them when starting afresh) are recomputed,
   # and so is a final evaluation being redone.
   writer.truncate(seed, start if start else -1, eval_at=stop if start >= stop else None)
@@ -590,7 +659,7 @@ def _train_seed(trainer, seed, writer, flat_hook, mngr, stop, final_path):
   bar = progress.Bar(total=stop, initial=start, desc=f"seed {seed}")
   try:
     for step in range(start, stop):
-      batch = trainer.put_batch(st.batch(seed, step))
+      batch = trainer.put_batch(next(data_it) if data_it is not None else st.batch(seed, step))
       state, metrics = trainer.step(state, batch)
       if pending is not None:
         _check_and_log(pending, seed, st, writer, bar, t0)
@@ -599,7 +668,7 @@ def _train_seed(trainer, seed, writer, flat_hook, mngr, stop, final_path):
       if done % tcfg.checkpoint_every == 0 or done == stop:
         _check_and_log(pending, seed, st, writer, bar, t0)
         pending = None
-        mngr.save(done, args=ocp.args.StandardSave(state), force=True)
+        mngr.save(done, args=_save_args(state, data_it), force=True)
       if tcfg.eval_every and done % tcfg.eval_every == 0 and done < tcfg.num_steps:
         log_eval(done, state["params"])
       if flat_hook is not None and cfg.flatness.every and done % cfg.flatness.every == 0:
@@ -625,7 +694,8 @@ def _train_seed(trainer, seed, writer, flat_hook, mngr, stop, final_path):
           f"to continue to step {tcfg.num_steps}", file=sys.stderr)
     return None  # stopped early on purpose (train.stop_at_step)
   final = log_eval(stop, state["params"])
-  wd.write_json(final_path, final)
+  if distributed.is_main():
+    wd.write_json(final_path, final)
   return final
 
 
@@ -656,7 +726,8 @@ def _check_and_log(pending, seed, st, writer, bar, t0):
 # stopping). Each task adds its own (`Task.resumable_fields`).
 RESUMABLE_FIELDS = frozenset({
     "seeds", "progress", "num_devices", "train.stop_at_step", "train.log_every",
-    "train.eval_every", "train.checkpoint_every", "train.keep_checkpoints"})
+    "train.eval_every", "train.checkpoint_every", "train.keep_checkpoints",
+    "train.vmap_seeds", "train.vmap_seeds_impl"})
 
 
 def resumable_fields(config):
@@ -697,6 +768,8 @@ def train_and_evaluate(config, workdir, allow_config_change=()):
   """
   validate_config(config)
   allow = wd.parse_allowed(allow_config_change)
+  if jax.process_count() > 1:
+    return _train_and_evaluate_processes(config, workdir, allow)
   created = not os.path.exists(workdir)
   if not created:
     check_workdir_config(config, workdir, allow)  # fail fast, before taking the lock
@@ -708,6 +781,49 @@ def train_and_evaluate(config, workdir, allow_config_change=()):
     if created and os.path.isdir(workdir) and not os.listdir(workdir):
       os.rmdir(workdir)
     raise
+
+
+def _train_and_evaluate_processes(config, workdir, allow):
+  """`train_and_evaluate` run by every process of a multi-process job (el_jax.distributed).
+
+  Every process builds the same setup, trains on its own rows of each global batch (the
+  `data` mesh spans the devices of all processes) and takes part in orbax's checkpoint saves
+  and restores. Process 0 alone owns the workdir: it takes the lock (one lock for the job,
+  so the processes never fight over it), checks and records config.json, reads and writes
+  final.json, metrics.jsonl, summary.json and the plots. What it decides from those files
+  (a refusal, a finished seed, a resume) reaches the others through `distributed.from_main`,
+  so they never read a file it is rewriting. The workdir must be a folder every process
+  sees (one machine, or a shared file system).
+  """
+  # Refused rather than left to fail inside JAX: these put host or one-device values into
+  # the step, which several processes would need to build as global arrays (not done).
+  for bad, why in ((config.flatness.every, "flatness.every (set it to 0; measure flatness of "
+                    "the saved checkpoints in one process)"),
+                   (adversarial.enabled(config), "adversarial.enabled (its downstream data "
+                    "live on one device)"),
+                   (config.train.get("init_from", ""), "train.init_from"),
+                   (config.model.get("pretrained", ""), "model.pretrained")):
+    if bad:
+      raise ValueError(f"{why} is not supported with {jax.process_count()} processes; run it "
+                       f"in one process (python -m el_jax.main)")
+  main = distributed.is_main()
+  lock = wd.Lock(workdir)
+  created = []
+
+  def claim():  # process 0: the same checks and lock as a single-process run
+    if os.path.exists(workdir):
+      check_workdir_config(config, workdir, allow)
+    else:
+      created.append(workdir)
+    lock.acquire()
+
+  try:
+    distributed.from_main(claim)
+    return _train_and_evaluate(config, workdir, allow)
+  finally:
+    lock.release()  # held by process 0 only
+    if main and created and os.path.isdir(workdir) and not os.listdir(workdir):
+      os.rmdir(workdir)
 
 
 def _already_finished(config, workdir):
@@ -741,9 +857,10 @@ def _already_finished(config, workdir):
 
 
 def _train_and_evaluate(config, workdir, allow):
-  changes = check_workdir_config(config, workdir, allow)  # under the lock: authoritative
+  # under the lock: authoritative (several processes: process 0 checks, the others follow)
+  changes = distributed.from_main(lambda: check_workdir_config(config, workdir, allow))
   progress.set_enabled(config.get("progress", True))
-  summary = None if changes else _already_finished(config, workdir)
+  summary = None if changes else distributed.from_main(lambda: _already_finished(config, workdir))
   if summary is not None:
     print(f"{workdir}: every seed {tuple(summary['seeds'])} already finished; nothing to "
           f"train", file=sys.stderr)
@@ -754,20 +871,28 @@ def _train_and_evaluate(config, workdir, allow):
     return summary
   setup = make_setup(config)
   trainer = Trainer(setup)
-  writer = MetricsWriter(os.path.join(workdir, "metrics.jsonl"))
+  writer = (MetricsWriter if distributed.is_main() else _NoMetrics)(
+      os.path.join(workdir, "metrics.jsonl"))
   writer.repair()
-  history = wd.record_config(config, workdir, changes, _resume_points(config, workdir))
+  history = distributed.from_main(
+      lambda: wd.record_config(config, workdir, changes, _resume_points(config, workdir)))
   if changes:
     shown = ", ".join(f"{k}: {v[0]!r} -> {v[1]!r}" for k, v in changes.items())
     print(f"continuing {workdir} with a changed config ({shown}); recorded in config.json",
           file=sys.stderr)
   flat_hook = make_flatness_hook(trainer) if config.flatness.every else None
-  finals = []
-  for seed in config.seeds:
-    final = train_seed(trainer, int(seed), workdir, writer, flat_hook)
-    if final is None:
+  if config.train.get("vmap_seeds", False):  # all seeds as one program (el_jax.seeds)
+    from el_jax import seeds as seeds_lib
+    finals = seeds_lib.train_seeds(trainer, workdir, writer)
+    if finals is None:
       return None
-    finals.append(final)
+  else:
+    finals = []
+    for seed in config.seeds:
+      final = train_seed(trainer, int(seed), workdir, writer, flat_hook)
+      if final is None:
+        return None
+      finals.append(final)
   summary = {
       "task": config.task,
       "groups": list(setup.task.groups),
@@ -780,6 +905,8 @@ def _train_and_evaluate(config, workdir, allow):
       "aggregate": runner.aggregate(finals),
   }
   summary_path = os.path.join(workdir, "summary.json")
+  if not distributed.is_main():  # process 0 writes the summary and plots
+    return summary
   wd.write_json(summary_path, summary)
   rows = writer.rows()
   setup.task.write_plots(rows, workdir)
@@ -870,4 +997,6 @@ def validate_config(config):
   losses.validate_config(config.loss)
   decoder.validate_model_config(config.model)
   adversarial.validate_config(config)
+  from el_jax import seeds as seeds_lib  # imports this module
+  seeds_lib.validate_config(config)
   task_cls.validate_config(config)

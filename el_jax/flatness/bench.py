@@ -1,19 +1,59 @@
 r"""Cost of the flatness estimators as multiples of one gradient, measured in one run.
 
-  python -m el_jax.flatness.bench --config=configs/copy_task.py:cpu [--probes=8]
+  python -m el_jax.flatness.bench --config=configs/copy_task.py:cpu [--probes=8,32]
 
-On the copy-task model of the config and one training batch, times (all
-jitted, params and batch passed as arguments) the gradient of the mean CE,
-one Hutchinson probe (a forward-over-reverse HVP), a batch of `--probes`
-probes over one linearisation (per probe), one Fisher draw (single-gradient
-estimator: a forward, label sampling and a backward) and one per-example
-Fisher draw. Rounds are interleaved so background load hits every function
-alike; each ratio is the median over rounds of the per-round ratio. Targets:
-batched probe <= 1.5x a gradient, Fisher draw <= 1.3x. Timed at the training
-batch (2 contexts: on CPU so small that per-op dispatch dominates and the HVP,
-with ~3x the ops of a gradient, costs ~3x) and at `--batch_multiples` larger
-ones (the size a flatness measurement should use anyway). The last line is
-`flatness_bench {json}`.
+On the copy-task model of the config and one training batch (and
+`--batch_multiples` larger ones), times the gradient of the mean CE, one
+Hutchinson probe, a probe in a batch of each `--probes` count (the library's
+default path: forward-over-forward v^T H v, `hvp_ops.quadratic_form`), a probe
+in a batch with the per-layer split (`per_layer=True`: an HVP per probe over
+one `jax.linearize`, the default path before issue 14), one Fisher draw
+(single-gradient estimator: a forward, label sampling and a backward) and one
+per-example Fisher draw. Every function is compiled ahead of time with params
+and batch as arguments; XLA's `cost_analysis()` of the same executable gives
+its FLOPs, printed per probe (or draw) over the gradient's. Rounds are
+interleaved so background load hits every function alike; each time ratio is
+the median over rounds of the per-round ratio. Targets (issue 14): a probe in
+a batch <= 1.5x a gradient at 64 x 55 tokens, a Fisher draw <= 1.3x. The last
+line is `flatness_bench {json}`.
+
+Results (results/flatness/bench.log: `python -m el_jax.flatness.bench
+--config=configs/copy_task.py:cpu`, 5 rounds, 2 shared CPU cores with a load
+average of 2-10 from other jobs; ratios move by about +-15% between runs):
+
+| path (64 x 55 tokens)                                   | time / gradient | FLOPs / gradient |
+|---------------------------------------------------------|-----------------|------------------|
+| one probe, v^T H v                                      | 1.51x           | 1.71x            |
+| probe in a batch of 8 (the default)                     | **1.24x**       | 1.41x            |
+| probe in a batch of 32                                  | 1.22x           | 1.38x            |
+| probe in 8, per-layer HVP (the default before issue 14) | 1.88x           | 2.09x            |
+| one Fisher draw (single)                                | **1.08x**       | 1.00x            |
+| one Fisher draw (per-example)                           | 1.28x           | 1.01x            |
+
+At the 8 x 55 training batch: probe in a batch of 8 1.87x, one probe 1.64x,
+per-layer 2.82x, Fisher draw 1.09x (the gradient, 18 ms, is small enough for
+per-op overhead and the drawing of the probes to weigh).
+
+What helped: (1) for the trace only v^T H v is needed, not H v: the second
+derivative of L(params + t v) by forward-over-forward needs 4 matmuls per
+probe per weight matmul (V x, W x', 2 V x', W x'') where an HVP needs 6 (the
+tangents of x W, g W^T and g^T x), so an HVP can never get below ~2x a
+gradient (FLOPs 2.09x, above). (2) Nested `jax.jvp` computes the first-order
+tangents twice and XLA's CSE removed only part of it (89 of the 108 dots of
+the jaxpr stay; 1.81x FLOPs); evaluating the jaxpr with identical equations
+merged (`hvp_ops._eval_merged`) leaves 69 dots, 1 + 4 per weight matmul and
+1 + 5 per attention product, and 1.41x FLOPs. Batched probes then run larger
+matmuls than the gradient, so their time ratio is below their FLOP ratio.
+What did not: more probes per batch (32: 1.38x FLOPs, about the time of 8); `jax.experimental.jet` (Taylor
+mode; 1.47x FLOPs per probe at 8 x 55, as it also multiplies the zero
+second-order parameter term) returned NaN or wrong values under vmap at
+64 x 55 in JAX 0.10.2, so it is not used; merging in the HVP path (it has no
+duplicates: the same FLOPs); an optimization barrier after drawing the probes
+(2.00x vs 2.02x at 8 x 55); bfloat16 (this CPU has AVX2/FMA only, and the
+results would differ far beyond float32 rounding); remat and donation (the
+probes keep no residuals and return scalars). At the 8 x 55 training batch,
+drawing 8 x 404k Rademacher signs (threefry) alone costs ~0.14x a gradient per
+probe.
 """
 import functools
 import json

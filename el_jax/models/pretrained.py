@@ -314,3 +314,67 @@ def save_gpt2(path, cfg, params, prefix=PREFIX):
   with wd.atomic_open(os.path.join(path, WEIGHTS_NAME), binary=True) as f:
     f.write(safetensors.numpy.save(tensors, metadata={"format": "pt"}))
   wd.write_json(os.path.join(path, CONFIG_NAME), config, indent=2)
+
+
+def export_run(config, workdir, out, seed=None, step=None, prefix=PREFIX):
+  """Writes the parameters of a finished (or checkpointed) run of a `gpt2`-preset config
+  as a Hugging Face GPT-2 checkpoint directory `out` (what `load_gpt2` and
+  `model.pretrained` read), e.g. the small GPT-2 that `configs/text_lm.py` pretrains.
+
+  Args:
+    config: the run's config (its task gives the vocabulary and the context).
+    workdir: the run's workdir.
+    out: the checkpoint directory to write.
+    seed: the model seed (default: the config's first).
+    step: the checkpoint step (default: the newest).
+
+  Returns:
+    (DecoderConfig, step exported).
+  """
+  from el_jax import train
+  if config.model.preset != "gpt2":
+    raise ValueError(f"model.preset={config.model.preset!r}: only 'gpt2' models are written in "
+                     f"the Hugging Face GPT-2 layout")
+  seed = int(config.seeds[0]) if seed is None else int(seed)
+  setup = train.make_setup(config)
+  trainer = train.Trainer(setup)
+  params, step = train.load_params_from(workdir, seed, trainer.abstract_state["params"],
+                                        trainer.state_sharding["params"], step)
+  save_gpt2(out, setup.model_cfg, params, prefix=prefix)
+  return setup.model_cfg, step
+
+
+def _export_flags(fv):
+  from absl import flags
+  flags.DEFINE_string("export_run", None, "workdir of the run to export (required)", flag_values=fv)
+  flags.DEFINE_string("out", None, "checkpoint directory to write (required)", flag_values=fv)
+  flags.DEFINE_integer("seed", None, "model seed (default: the config's first)", flag_values=fv)
+  flags.DEFINE_integer("step", None, "checkpoint step (default: the newest)", flag_values=fv)
+
+
+def main(argv=None):
+  r"""Exports a run as a Hugging Face GPT-2 checkpoint directory:
+
+    python -m el_jax.models.pretrained --config=configs/text_lm.py:cpu \
+        --export_run=runs/label_copy/text_lm --out=runs/label_copy/small_gpt2
+  """
+  import sys
+  from el_jax import cli
+
+  @cli.guard
+  def run(argv):
+    config, _, fv = cli.parse(argv, extra_flags=_export_flags, require_workdir=False,
+                              doc=main.__doc__)
+    for name in ("export_run", "out"):
+      if not fv[name].value:
+        raise cli.UsageError(f"error: --{name} is required (see --help)")
+    cfg, step = export_run(config, fv.export_run, fv.out, fv.seed, fv.step)
+    print(f"wrote {fv.out} ({cfg.num_layers} layers x {cfg.embed_dim}, vocabulary "
+          f"{cfg.vocab_size}, {cfg.max_len} positions) from step {step} of {fv.export_run}",
+          file=sys.stderr)
+
+  return run(sys.argv if argv is None else argv)
+
+
+if __name__ == "__main__":
+  main()

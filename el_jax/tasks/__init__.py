@@ -25,6 +25,7 @@ REGISTRY = {
     "path_star": "el_jax.tasks.path_star:PathStarTask",
     "mlm": "el_jax.tasks.mlm:MLMTask",
     "label_copy": "el_jax.tasks.label_copy:LabelCopyTask",
+    "text_lm": "el_jax.tasks.text_lm:TextLMTask",
     "ntp_linear": "el_jax.ntp.train:train_and_evaluate",
 }
 _loaded = {}

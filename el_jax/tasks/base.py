@@ -111,6 +111,16 @@ class Task(abc.ABC):
     a resumed run sees the batches an uninterrupted one would.
     """
 
+  def data_iterator(self, seed: int):
+    """None (the default): the loop takes its batches from `batch`. A task may instead
+    return an iterator over the batches of steps 0, 1, ... for model seed `seed` with
+    `get_state()` (JSON-serialisable), `set_state(state)` and `step` (the step of the batch
+    `next` returns), e.g. `el_jax.data.loader.StepIterator`; the loop then saves its state
+    with every checkpoint and restores it on resume. Its batches are global host batches,
+    as those of `batch`.
+    """
+    return None
+
   @property
   def scored_positions(self) -> np.ndarray | None:
     """Static positions outside which every loss / group mask is zero (None = all).
@@ -163,6 +173,36 @@ def step_indices(num_examples, per_step, data_seed, seed, step):
   epoch, i = divmod(step, steps_per_epoch)
   order = epoch_order(num_examples, order_seed(data_seed, seed), epoch)
   return order[i * per_step:(i + 1) * per_step]
+
+
+# `data.pipeline` of the tasks that offer it (copy task, path-star): where training batches
+# come from. "memory": the in-memory arrays in the order of `step_indices` (the default);
+# "grain": the task's TFDS data set (`el_jax.data.tfds_builders`, array_record files under
+# $EL_JAX_CACHE/tfds, built on first use) read by a grain loader (`el_jax.data.loader`:
+# grain's per-epoch shuffle, another order than "memory"), whose iterator state the loop
+# saves with each checkpoint (`Task.data_iterator`).
+PIPELINES = ("memory", "grain")
+
+
+def data_pipeline(config):
+  """`config.data.pipeline` ("memory" when absent); a ValueError names a value not in PIPELINES."""
+  p = config.data.get("pipeline", "memory")
+  if p not in PIPELINES:
+    raise ValueError(f"data.pipeline={p!r} is not one of {PIPELINES} ('memory': in-memory "
+                     f"arrays, 'grain': TFDS files read by a grain loader)")
+  return p
+
+
+def grain_loader(task, source, transform, seed):
+  """The grain loader (`el_jax.data.loader.Loader`) of model seed `seed` over the training
+  data source: `task.examples_per_step` records per step, the global batch (NoSharding: the
+  loop puts each process's rows of it on that process's devices), `transform` applied to the
+  stacked records."""
+  import grain
+  from el_jax.data import loader
+  return loader.Loader(source, task.examples_per_step,
+                       seed=order_seed(task.config.data.data_seed, seed), transform=transform,
+                       shard_options=grain.sharding.NoSharding())
 
 
 def map_padded(fn, arrays, per_call, multiple, sharding=None):

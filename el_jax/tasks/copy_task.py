@@ -2,7 +2,9 @@
 
 Data (`el_jax.data.copy_task`): fixed train / valid / test sets drawn from
 the data seed; `k = data.context_len / string_len` strings are packed per
-context. The loss is on the L_c answer tokens after `<CLS>`.
+context. The loss is on the L_c answer tokens after `<CLS>`. With `data.pipeline="grain"`
+the splits are read from the TFDS data set `el_jax_copy_task` and the training batches come
+from a grain loader (`base.PIPELINES`).
 
 Metric groups: `easy` (the padding is the Caesar-shifted sequence, a
 shortcut) and `hard` (random padding: the answer must be copied).
@@ -58,6 +60,20 @@ def greedy_answers(graphdef, spec, k, params, contexts_CxT, segment_CxT):
   return jnp.stack(preds, axis=-1)
 
 
+def _tfds_splits(config, spec):
+  """({split: CopyDataset} read from the TFDS data set of `config`, the train data source)."""
+  from el_jax.data import loader
+  from el_jax.data import tfds_builders
+  sources = tfds_builders.data_source("el_jax_copy_task", config)
+  out = {}
+  for name, src in sources.items():
+    rec = loader.read(src, range(len(src)))
+    tokens, easy = rec["tokens"].astype(np.int32), rec["easy"].astype(bool)
+    tokens.flags.writeable = easy.flags.writeable = False
+    out[name] = copy_task.CopyDataset(tokens=tokens, easy=easy, spec=spec)
+  return out, sources["train"]
+
+
 class CopyTask(base.Task):
   """Copy task: strings packed k per context, loss on the answer tokens."""
 
@@ -81,6 +97,7 @@ class CopyTask(base.Task):
     for name in ("num_valid", "num_test"):
       if d[name] < 1:
         raise ValueError(f"data.{name}={d[name]} must be >= 1")
+    base.data_pipeline(config)
 
   @classmethod
   def rows_per_step(cls, config):
@@ -98,7 +115,11 @@ class CopyTask(base.Task):
     self.spec = task_spec(config)
     d = config.data
     self.k = copy_task.strings_per_context(self.spec, d.context_len)
-    self._splits = _splits(self.spec, d.num_train, d.num_valid, d.num_test, d.data_seed)
+    self._loaders = {}
+    if base.data_pipeline(config) == "grain":
+      self._splits, self._train_source = _tfds_splits(config, self.spec)
+    else:
+      self._splits = _splits(self.spec, d.num_train, d.num_valid, d.num_test, d.data_seed)
     self.loss_mask_T = copy_task.loss_mask_for_context(self.spec, self.k)
     self._scored = np.flatnonzero(self.loss_mask_T).astype(np.int32)
     self.segment_T = np.repeat(np.arange(self.k, dtype=np.int32), self.spec.string_len)
@@ -137,9 +158,22 @@ class CopyTask(base.Task):
     return self._scored
 
   def batch(self, seed, step):
+    if base.data_pipeline(self.config) == "grain":
+      return self._loader(seed)[step]
     idx = base.step_indices(self.num_train, self.examples_per_step, self.config.data.data_seed,
                             seed, step)
     return self.make_batch(self.train.tokens[idx], self.train.easy[idx])
+
+  def _loader(self, seed):
+    """The grain loader of model seed `seed` (data.pipeline="grain"; `base.grain_loader`)."""
+    if seed not in self._loaders:
+      self._loaders[seed] = base.grain_loader(
+          self, self._train_source, lambda r: self.make_batch(r["tokens"], r["easy"]), seed)
+    return self._loaders[seed]
+
+  def data_iterator(self, seed):
+    """data.pipeline="grain": the grain iterator of `seed` (`base.Task.data_iterator`)."""
+    return self._loader(seed).iterator() if base.data_pipeline(self.config) == "grain" else None
 
   def make_batch(self, tokens_NxS, easy_N):
     """The batch dict of N strings (N a multiple of k), packed k per context."""

@@ -6,7 +6,9 @@ Splits: `train` (generated, data seed stream 0; evaluated on its first
 `train.eval_train_graphs` graphs), `valid` (generated, stream 2, disjoint
 draws from the training distribution, for choosing hyperparameters) and
 `test` (the reference implementation's file `data.test_file`, or generated
-from stream 1 when it is empty).
+from stream 1 when it is empty). With `data.pipeline="grain"` they are read from the TFDS
+data set `el_jax_path_star` and the training batches come from a grain loader
+(`base.PIPELINES`).
 
 Metric groups: `decision` (the first node after the source, in output order:
 index 1, or l - 2 for the reverse variant: it needs the goal's parent) and
@@ -101,6 +103,18 @@ def greedy_paths(graphdef, spec, variant, params, inputs_NxT):
   return jnp.stack(preds, axis=1), tf
 
 
+def _tfds_graphs(config):
+  """(train, valid, test Graphs, the train data source) of the TFDS data set of `config`."""
+  from el_jax.data import loader
+  from el_jax.data import tfds_builders
+  src = tfds_builders.data_source("el_jax_path_star", config)
+
+  def graphs(name):
+    r = loader.read(src[name], range(len(src[name])))
+    return path_star.Graphs(r["edges"], r["source"], r["goal"], r["path"])
+  return graphs("train"), graphs("valid"), graphs("test"), src["train"]
+
+
 class PathStarTask(base.Task):
   """Path-star graphs G(d, l): the loss on the path, greedy decoding of the whole path."""
 
@@ -133,6 +147,7 @@ class PathStarTask(base.Task):
       if not os.path.isfile(path):
         raise ValueError(f"data.test_file: {path!r} does not exist (from the pattern "
                          f"{d.test_file!r})")
+    base.data_pipeline(config)
 
   @classmethod
   def rows_per_step(cls, config):
@@ -147,10 +162,14 @@ class PathStarTask(base.Task):
     d, t = config.data, config.train
     self.spec = spec = graph_spec(config)
     self.variant = d.variant
-    self.train = _generated(spec, d.num_train, d.data_seed, 0)
-    self.valid = _generated(spec, d.num_valid, d.data_seed, 2)
     self.test_file = resolve_test_file(config, spec)
-    self.test = _test_graphs(spec, d.num_test, d.data_seed, self.test_file)
+    self._loaders = {}
+    if base.data_pipeline(config) == "grain":  # the TFDS data set el_jax_path_star
+      self.train, self.valid, self.test, self._train_source = _tfds_graphs(config)
+    else:
+      self.train = _generated(spec, d.num_train, d.data_seed, 0)
+      self.valid = _generated(spec, d.num_valid, d.data_seed, 2)
+      self.test = _test_graphs(spec, d.num_test, d.data_seed, self.test_file)
     self.train_eval = self.train.subset(slice(0, min(t.eval_train_graphs, d.num_train)))
     toks = path_star.tokens(self.train, spec, self.variant)
     self.inputs, self.targets, self.loss_mask_T = path_star.model_inputs(toks, spec, self.variant)
@@ -188,16 +207,39 @@ class PathStarTask(base.Task):
     return self._scored
 
   def batch(self, seed, step):
+    if base.data_pipeline(self.config) == "grain":
+      return self._loader(seed)[step]
     bs = self.examples_per_step
     idx = base.step_indices(self.num_train, bs, self.config.data.data_seed, seed, step)
-    mask = np.broadcast_to(self.loss_mask_T, (bs, self.loss_mask_T.size)).copy()
+    return self.make_batch(self.inputs[idx], self.targets[idx])
+
+  def make_batch(self, inputs, targets):
+    """The batch dict of rows of model inputs and targets."""
+    mask = np.broadcast_to(self.loss_mask_T, (inputs.shape[0], self.loss_mask_T.size)).copy()
     return {
-        "inputs": self.inputs[idx],
-        "targets": self.targets[idx],
+        "inputs": inputs,
+        "targets": targets,
         "loss_mask": mask,
         **base.group_masks(mask, {"decision": self.decision_T, "rest": 1.0 - self.decision_T}),
-        "segment_ids": np.zeros_like(self.inputs[idx]),
+        "segment_ids": np.zeros_like(inputs),
     }
+
+  def _graphs_batch(self, rec):
+    """The batch dict of stacked TFDS records (data.pipeline="grain")."""
+    graphs = path_star.Graphs(rec["edges"], rec["source"], rec["goal"], rec["path"])
+    toks = path_star.tokens(graphs, self.spec, self.variant)
+    inputs, targets, _ = path_star.model_inputs(toks, self.spec, self.variant)
+    return self.make_batch(inputs, targets)
+
+  def _loader(self, seed):
+    """The grain loader of model seed `seed` (data.pipeline="grain"; `base.grain_loader`)."""
+    if seed not in self._loaders:
+      self._loaders[seed] = base.grain_loader(self, self._train_source, self._graphs_batch, seed)
+    return self._loaders[seed]
+
+  def data_iterator(self, seed):
+    """data.pipeline="grain": the grain iterator of `seed` (`base.Task.data_iterator`)."""
+    return self._loader(seed).iterator() if base.data_pipeline(self.config) == "grain" else None
 
   # --- evaluation ------------------------------------------------------------
 

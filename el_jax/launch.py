@@ -1,0 +1,217 @@
+r"""Runs `python -m el_jax.main` in several processes on this machine (el_jax.distributed).
+
+  python -m el_jax.launch --num_processes=2 -- --config=configs/copy_task.py:test --workdir=runs/x
+  python -m el_jax.launch --num_processes=2 --devices_per_process=4 -- --config=... --workdir=...
+
+Everything after `--` is passed to every process's el_jax.main. Each process gets the
+environment of `el_jax.distributed.initialize` (the coordinator on a free port of this
+machine, the number of processes, its index) and `--devices_per_process` CPU devices
+(JAX_NUM_CPU_DEVICES); the processes then train as one job over all their devices, their
+CPU collectives through gloo.
+
+Output: process 0's stdout and stderr are passed through unchanged (it writes the metrics,
+the summary and the table); the other processes' output is dropped unless `--log_all`
+(then each line is prefixed with `[process <i>]`), except that the last lines of a
+process that fails are shown when process 0 did not fail itself. When one process fails,
+the others get 10 s to stop by themselves, then are stopped. The exit status is the worst
+of the processes that ended by themselves (0 ok, 1 a diverged run, 2 an expected error).
+Stopping the launcher (Ctrl-C, SIGTERM) stops the processes (SIGINT, then SIGKILL after
+10 s); if the launcher is killed outright, the kernel stops them (PR_SET_PDEATHSIG).
+
+`--devices_per_process` sets CPU devices; on a machine with several GPUs every process
+would see every GPU (give each its own through CUDA_VISIBLE_DEVICES; not done here).
+On a TPU slice or a SLURM cluster do not use this: run `python -m el_jax.main --distributed`
+on every host (one process per host), and JAX finds the others itself.
+"""
+import collections
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+from absl import flags
+
+from el_jax import cli
+from el_jax import distributed
+
+GRACE_S = 10.0  # how long the other processes may take to stop by themselves
+TAIL_LINES = 30  # lines kept of each non-main process's output (shown if it fails)
+
+
+def _flags():
+  fv = flags.FlagValues()
+  flags.DEFINE_integer("num_processes", 2, "processes to start on this machine (>= 1)",
+                       flag_values=fv)
+  flags.DEFINE_integer("devices_per_process", 1, "CPU devices of each process "
+                       "(JAX_NUM_CPU_DEVICES, >= 1)", flag_values=fv)
+  flags.DEFINE_integer("port", 0, "coordinator port on this machine (0 = a free one)",
+                       flag_values=fv)
+  flags.DEFINE_boolean("log_all", False, "show every process's output, each line prefixed "
+                       "with [process <i>] (default: only process 0's)", flag_values=fv)
+  return fv
+
+
+_MAIN_FLAGS = ("--config", "--workdir", "--allow_config_change", "--distributed")
+
+
+def parse(argv):
+  """argv -> (flag values, the el_jax.main arguments after `--`); mistakes are one line."""
+  argv = list(argv)
+  if "--" in argv:
+    cut = argv.index("--")
+    own, rest = argv[:cut], argv[cut + 1:]
+  else:
+    own, rest = argv, []
+  misplaced = [a for a in own[1:] if a.split("=")[0].split(".")[0] in _MAIN_FLAGS]
+  if misplaced:
+    raise cli.UsageError(f"error: {misplaced[0].split('=')[0]} is a flag of el_jax.main: put "
+                         f"el_jax.main's flags after --, e.g. python -m el_jax.launch "
+                         f"--num_processes=2 -- {misplaced[0]}")
+  fv = cli.parse_plain_flags(_flags(), own, doc=__doc__)
+  for name, low in (("num_processes", 1), ("devices_per_process", 1), ("port", 0)):
+    if fv[name].value < low or (name == "port" and fv.port > 65535):
+      allowed = "in [0, 65535] (0 = a free port)" if name == "port" else f">= {low}"
+      raise cli.UsageError(f"error: --{name}={fv[name].value} must be an integer {allowed}")
+  if not rest:
+    raise cli.UsageError("error: give el_jax.main's flags after --, e.g. python -m "
+                         "el_jax.launch --num_processes=2 -- --config=configs/copy_task.py:test "
+                         "--workdir=runs/x")
+  return fv, rest
+
+
+def free_port():
+  with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+def process_env(i, num, port, devices, base=None):
+  """The environment of process `i` of `num` (el_jax.distributed.initialize reads it)."""
+  env = dict(os.environ if base is None else base)
+  env.update({distributed.ENV_COORDINATOR: f"127.0.0.1:{port}",
+              distributed.ENV_NUM_PROCESSES: str(num), distributed.ENV_PROCESS_ID: str(i),
+              "JAX_NUM_CPU_DEVICES": str(devices)})
+  return env
+
+
+def _die_with_parent():
+  """In the child, before exec: SIGTERM when the launcher dies (Linux)."""
+  try:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+  except (OSError, AttributeError):
+    pass
+
+
+class _Child:
+  def __init__(self, i, command, env, log_all, lock):
+    self.i, self.log_all, self.lock = i, log_all, lock
+    self.tail = collections.deque(maxlen=TAIL_LINES)
+    self.stopped_by_us = False
+    pipe = None if i == 0 else subprocess.PIPE
+    self.proc = subprocess.Popen(command, env=env,
+                                 stdout=pipe, stderr=subprocess.STDOUT if pipe else None,
+                                 stdin=subprocess.DEVNULL, process_group=0,
+                                 preexec_fn=_die_with_parent)
+    self.reader = None
+
+  def start_reading(self):
+    if self.proc.stdout is not None:
+      self.reader = threading.Thread(target=self._read, daemon=True)
+      self.reader.start()
+
+  def _read(self):
+    for raw in self.proc.stdout:
+      line = raw.decode(errors="replace").rstrip("\n")
+      self.tail.append(line)
+      if self.log_all:
+        with self.lock:
+          print(f"[process {self.i}] {line}", file=sys.stderr, flush=True)
+
+  def signal(self, sig):
+    if self.proc.poll() is None:
+      self.stopped_by_us = True
+      try:
+        self.proc.send_signal(sig)
+      except ProcessLookupError:
+        pass
+
+
+def _status(rc):
+  """A shell-style exit status: a death by signal N is 128 + N."""
+  return rc if rc >= 0 else 128 - rc
+
+
+def run(num_processes, args, devices_per_process=1, port=0, log_all=False, program=None):
+  """Runs el_jax.main `args` in `num_processes` processes; returns the exit status.
+  `program`: the command instead of `python -m el_jax.main` (for tests)."""
+  command = [*(program or (sys.executable, "-m", "el_jax.main")), *args]
+  port = port or free_port()
+  lock = threading.Lock()
+  children = []
+  interrupted = []
+
+  def on_signal(sig, _frame):
+    interrupted.append(sig)
+    for c in children:
+      c.signal(signal.SIGINT)  # el_jax.main stops cleanly (its lock released) on SIGINT
+
+  old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+  try:
+    for i in range(num_processes):
+      env = process_env(i, num_processes, port, devices_per_process)
+      children.append(_Child(i, command, env, log_all, lock))
+    for c in children:
+      c.start_reading()
+    # When a process fails (or the launcher is stopped), the others get GRACE_S to stop by
+    # themselves; then SIGTERM (SIGKILL if the launcher was stopped: SIGINT went out at once),
+    # then SIGKILL after another GRACE_S.
+    deadline, rounds = None, 0
+    while any(c.proc.poll() is None for c in children):
+      failed = [c for c in children if c.proc.poll() not in (None, 0) and not c.stopped_by_us]
+      if deadline is None and (failed or interrupted):
+        deadline = time.time() + GRACE_S
+      if deadline is not None and time.time() > deadline:
+        sig = signal.SIGKILL if (rounds or interrupted) else signal.SIGTERM
+        for c in children:
+          c.signal(sig)
+        deadline, rounds = time.time() + GRACE_S, rounds + 1
+      time.sleep(0.05)
+  finally:
+    for c in children:  # the launcher itself failed: leave nothing running
+      if c.proc.poll() is None:
+        c.signal(signal.SIGKILL)
+        c.proc.wait()
+    for s, h in old.items():
+      signal.signal(s, h)
+  for c in children:
+    if c.reader is not None:
+      c.reader.join(timeout=5)
+  if interrupted:
+    return 128 + interrupted[0]
+  own = [c for c in children if not c.stopped_by_us]
+  worst = max((_status(c.proc.returncode) for c in own), default=1)
+  main_failed = children[0] in own and children[0].proc.returncode != 0
+  if worst and not main_failed:
+    bad = min((c for c in own if c.proc.returncode != 0), key=lambda c: c.i)
+    with lock:
+      for line in bad.tail:
+        print(f"[process {bad.i}] {line}", file=sys.stderr)
+      print(f"error: process {bad.i} of {num_processes} exited with status "
+            f"{_status(bad.proc.returncode)} (its last lines above); the others were stopped",
+            file=sys.stderr)
+  return worst
+
+
+@cli.guard
+def main(argv=None):
+  fv, rest = parse(sys.argv if argv is None else argv)
+  raise SystemExit(run(fv.num_processes, rest, fv.devices_per_process, fv.port, fv.log_all))
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,243 @@
+"""Causal language modelling on the offline texts: pretraining a small GPT-2 (issue 13).
+
+No pretrained GPT-2 weights can be downloaded on a machine without the Hugging
+Face hub, so the label-copy experiment fine-tunes a small GPT-2 pretrained here
+(`configs/text_lm.py`, then `el_jax.models.pretrained.export_run` writes it in
+the Hugging Face layout that `load_gpt2` reads).
+
+Data: the sentences of `data.corpora` (`el_jax.data.texts`: KJV verses,
+Shakespeare's spoken sentences), each as " " + text + <|endoftext|> in GPT-2
+tokens, in an order shuffled by `data.data_seed`, concatenated and cut into rows
+of `data.context_len + 1` tokens (GPT-2's own packing: no document mask; rows
+start anywhere in a sentence). The first `data.num_test` rows are the test
+split, the next `data.num_valid` the validation split, the rest the training
+split. Sentences whose text occurs in any split of the label-copy data of the
+variant `data.exclude_label_copy` of configs/label_copy.py (for every corpus
+of `data.corpora`) are left out, so the fine-tuning task never sees its
+own sentences in pretraining. Identical texts are kept once.
+
+Metric group `text` (every position). Evaluation per split (the training
+split on its first `train.eval_train_examples` rows):
+  ce_text   mean next-token cross-entropy (nats per token)
+  ppl_text  exp(ce_text)
+  acc_text  next-token greedy accuracy
+  n_text    scored tokens
+"""
+import functools
+import hashlib
+import json
+import os
+
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from el_jax import workdir as wd
+from el_jax.data import gpt2_bpe
+from el_jax.data import texts
+from el_jax.models import decoder
+from el_jax.tasks import base
+
+FORMAT_VERSION = 1
+
+
+def _int_at_least(section, d, name, lo):
+  v = d.get(name)
+  if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
+    raise ValueError(f"{section}.{name}={v!r} must be an integer >= {lo}")
+
+
+def check_config(config):
+  d, t = config.data, config.train
+  corpora = tuple(d.corpora)
+  if not corpora:
+    raise ValueError(f"data.corpora is empty; choose from {texts.CORPORA}")
+  for c in corpora:
+    if c not in texts.CORPORA:
+      raise ValueError(f"data.corpora has unknown corpus {c!r}; valid corpora: {texts.CORPORA}")
+  excl = d.exclude_label_copy
+  if excl:
+    from el_jax import runner
+    variants = runner.load_config_module("label_copy").VARIANTS
+    if excl not in variants:
+      raise ValueError(f"data.exclude_label_copy={excl!r} is not a variant of configs/label_copy.py "
+                       f"({variants}, or '' for none)")
+  _int_at_least("data", d, "context_len", 2)
+  _int_at_least("data", d, "num_valid", 1)
+  _int_at_least("data", d, "num_test", 1)
+  _int_at_least("data", d, "data_seed", 0)
+  _int_at_least("data", d, "max_sentences", 0)
+  for name in ("batch_size", "eval_batch_size", "eval_train_examples"):
+    _int_at_least("train", t, name, 1)
+
+
+def _excluded_texts(d):
+  """Texts of every label-copy split (variant `d.exclude_label_copy`) of each corpus."""
+  if not d.exclude_label_copy:
+    return set()
+  from el_jax import runner
+  from el_jax.data import label_copy
+  out = set()
+  for corpus in d.corpora:
+    lc = runner.get_config("label_copy", d.exclude_label_copy).data
+    lc.corpus = corpus
+    if d.get("cache_dir", ""):  # the label-copy examples cached beside the rows
+      lc.cache_dir = os.path.join(os.path.expanduser(d.cache_dir), "label_copy")
+    data = label_copy.build(lc)
+    sentences = texts.load_sentences(corpus)
+    for split in data.splits.values():
+      out.update(sentences[int(i)][0] for i in split.sentence)
+  return out
+
+
+def _cache_path(d, key):
+  """`<data.cache_dir>/rows_<hash of key>.npz` (default $EL_JAX_CACHE/text_lm or
+  ~/.cache/el_jax/text_lm)."""
+  digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
+  root = os.environ.get("EL_JAX_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "el_jax")
+  cache_dir = os.path.expanduser(d.get("cache_dir", "") or os.path.join(root, "text_lm"))
+  return os.path.join(cache_dir, f"rows_{digest}.npz")
+
+
+def build_rows(d):
+  """(rows [N, context_len + 1] int32, number of sentences, excluded) for the data config `d`;
+  cached as .npz (the key: corpora, exclusion, context, data seed, tokenizer)."""
+  key = {"format": FORMAT_VERSION, "corpora": list(d.corpora),
+         "exclude_label_copy": d.exclude_label_copy, "context_len": int(d.context_len),
+         "data_seed": int(d.data_seed), "max_sentences": int(d.max_sentences),
+         "tokenizer": gpt2_bpe.files()[0]}
+  path = _cache_path(d, key)
+  if os.path.exists(path):
+    try:
+      with np.load(path) as z:
+        if json.loads(str(z["key"])) == key:
+          return z["rows"], int(z["num_sentences"]), int(z["num_excluded"])
+    except (OSError, ValueError, KeyError):
+      pass  # a damaged cache is rebuilt below
+  excluded = _excluded_texts(d)
+  seen, kept, dropped = set(), [], 0
+  for corpus in d.corpora:
+    for text, _, _ in texts.load_sentences(corpus):
+      if text in seen:
+        continue
+      seen.add(text)
+      if text in excluded:
+        dropped += 1
+      else:
+        kept.append(text)
+  if d.max_sentences:
+    kept = kept[:int(d.max_sentences)]
+  order = np.random.default_rng([int(d.data_seed), 7]).permutation(len(kept))
+  ids = gpt2_bpe.encode_batch([" " + kept[i] for i in order])
+  stream = np.fromiter((t for s in ids for t in (*s, gpt2_bpe.EOT_ID)), np.int32)
+  width = int(d.context_len) + 1
+  n = len(stream) // width
+  rows = stream[:n * width].reshape(n, width)
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with wd.atomic_open(path, binary=True) as f:
+    np.savez(f, rows=rows, key=json.dumps(key), num_sentences=len(kept), num_excluded=dropped)
+  return rows, len(kept), dropped
+
+
+def token_ce(graphdef, params, inputs, segments, targets):
+  """([B] summed next-token CE, [B] correct greedy predictions) of each row."""
+  logits = decoder.apply(graphdef, params, inputs, segments)
+  ce = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), targets)
+  right = jnp.argmax(logits, axis=-1) == targets
+  return ce.sum(axis=1), right.sum(axis=1)
+
+
+class TextLMTask(base.Task):
+  """Next-token prediction at every position of packed text rows."""
+
+  groups = ("text",)
+  resumable_fields = frozenset({"train.eval_batch_size", "train.eval_train_examples",
+                                "data.cache_dir"})
+
+  @classmethod
+  def validate_config(cls, config):
+    check_config(config)
+    if not decoder.preset(config.model.preset, vocab_size=1).causal:
+      raise ValueError(f"model.preset={config.model.preset!r} is bidirectional; causal language "
+                       f"modelling needs 'gpt2' or 'gpt_neox'")
+
+  @classmethod
+  def rows_per_step(cls, config):
+    return config.train.batch_size
+
+  @classmethod
+  def describe_batch(cls, config):
+    return f"train.batch_size={config.train.batch_size}"
+
+  def __init__(self, config):
+    self.config = config
+    d = config.data
+    rows, self.num_sentences, self.num_excluded = build_rows(d)
+    nt, nv = int(d.num_test), int(d.num_valid)
+    if len(rows) < nt + nv + config.train.batch_size:
+      raise ValueError(f"the texts give {len(rows)} rows of {d.context_len + 1} tokens, fewer "
+                       f"than data.num_test + data.num_valid + train.batch_size = "
+                       f"{nt + nv + config.train.batch_size}")
+    self._splits = {"test": rows[:nt], "valid": rows[nt:nt + nv], "train": rows[nt + nv:]}
+    self.train_eval = self._splits["train"][:config.train.eval_train_examples]
+
+  @property
+  def vocab_size(self):
+    return gpt2_bpe.VOCAB_SIZE
+
+  @property
+  def context_len(self):
+    return int(self.config.data.context_len)
+
+  @property
+  def num_train(self):
+    return len(self._splits["train"])
+
+  @property
+  def examples_per_step(self):
+    return self.config.train.batch_size
+
+  def splits(self):
+    return {k: self._splits[k] for k in base.SPLITS}
+
+  def eval_sets(self):
+    return (("train", self.train_eval), ("valid", self._splits["valid"]),
+            ("test", self._splits["test"]))
+
+  @staticmethod
+  def make_batch(rows):
+    """The batch dict of `rows` [B, T + 1] (see `el_jax.tasks.base`)."""
+    ones = np.ones((rows.shape[0], rows.shape[1] - 1), np.float32)
+    return {"inputs": rows[:, :-1], "targets": rows[:, 1:],
+            "segment_ids": ones.astype(np.int32), "loss_mask": ones, "mask_text": ones}
+
+  def batch(self, seed, step):
+    idx = base.step_indices(self.num_train, self.examples_per_step, self.config.data.data_seed,
+                            seed, step)
+    return self.make_batch(self._splits["train"][idx])
+
+  def decode_fn(self, graphdef):
+    """f(params, inputs, segment_ids, targets) -> ([B] summed CE, [B] correct tokens)."""
+    return functools.partial(token_ce, graphdef)
+
+  def evaluate(self, evaluator, params, rows):
+    b = self.make_batch(rows)
+    arrays = (b["inputs"], b["segment_ids"], b["targets"])
+    ce, right = base.map_padded(lambda *a: evaluator.decode(params, *evaluator.put(a)), arrays,
+                                self.config.train.eval_batch_size, evaluator.num_devices)
+    n = int(b["loss_mask"].sum())
+    mean = float(np.sum(ce, dtype=np.float64) / n)
+    return {"ce_text": mean, "ppl_text": float(np.exp(mean)),
+            "acc_text": float(np.sum(right) / n), "n_text": n}
+
+  def summary_fields(self):
+    d = self.config.data
+    return {"text_lm": {"corpora": list(d.corpora), "exclude_label_copy": d.exclude_label_copy,
+                        "sentences": self.num_sentences, "excluded_sentences": self.num_excluded,
+                        "rows": {k: len(v) for k, v in self._splits.items()},
+                        "tokens_per_row": self.context_len}}
+
+  def write_plots(self, rows, workdir):
+    from el_jax import plots
+    plots.plot_loss_groups({self.config.loss.name: rows}, os.path.join(workdir, "loss.png"),
+                           groups=self.groups)

@@ -84,6 +84,8 @@ def get_config(arg="cpu"):
   c.train.eval_train_examples = 128  # training rows evaluated (the first ones)
   c.train.stop_at_step = 0  # stop (resumably) after this step, 0 = run to num_steps
   c.train.keep_checkpoints = 2  # newest checkpoints kept (0 = all)
+  c.train.vmap_seeds = False  # True: train all seeds as one stacked, jitted program (el_jax.seeds)
+  c.train.vmap_seeds_impl = "auto"  # its step: "vmap" | "map" (lax.map over seeds) | "auto" (map on CPU, else vmap)
   c.train.init_from = ""  # workdir of a run of the same model whose newest parameters start this one ("" = none)
 
   c.flatness = ml_collections.ConfigDict()

@@ -611,6 +611,12 @@ def train_seed(trainer: Trainer, seed, workdir, writer, flat_hook=None):
     mngr.close()
 
 
+def _with_params(trainer, state, params):
+  """`state` with `params` and a fresh optimizer state for them (fine-tuning, init_from)."""
+  return jax.device_put({"params": params, "opt_state": trainer.setup.tx.init(params),
+                         "step": state["step"]}, trainer.state_sharding)
+
+
 def _train_seed(trainer, seed, writer, flat_hook, mngr, stop, final_path, data_it=None):
   st = trainer.setup
   cfg = st.config
@@ -620,17 +626,17 @@ def _train_seed(trainer, seed, writer, flat_hook, mngr, stop, final_path, data_i
     state = trainer.init(seed)
     start = 0
     if st.pretrained_params is not None:  # fine-tuning: the checkpoint's weights, fresh optimizer
-      params = jax.device_put(st.pretrained_params, trainer.state_sharding["params"])
-      state = jax.device_put({"params": params, "opt_state": st.tx.init(params),
-                              "step": state["step"]}, trainer.state_sharding)
+      # From host copies: the step donates its state, so the device buffers of one seed must
+      # never be those of `st.pretrained_params` (the next seed starts from them too).
+      host = jax.tree.map(np.asarray, st.pretrained_params)
+      state = _with_params(trainer, state, jax.device_put(host, trainer.state_sharding["params"]))
       print(f"seed {seed}: starting from the pretrained weights of {cfg.model.pretrained}",
             file=sys.stderr)
     if tcfg.get("init_from", ""):  # continue another run's parameters with a fresh optimizer
       params, from_step = load_params_from(tcfg.init_from, seed,
                                            trainer.abstract_state["params"],
                                            trainer.state_sharding["params"])
-      state = jax.device_put({"params": params, "opt_state": st.tx.init(params),
-                              "step": state["step"]}, trainer.state_sharding)
+      state = _with_params(trainer, state, params)
       print(f"seed {seed}: starting from the parameters of {tcfg.init_from} (step "
             f"{from_step}) with a fresh optimizer", file=sys.stderr)
   else:

@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import sys
-import time
 
 from el_jax import cli
 from el_jax import runner
@@ -77,14 +76,22 @@ def train_runs(steps, seeds, only=None):
         if only and name not in only:
           continue
         cfg, over = run_config(text, start, loss, steps, seeds)
-        t0 = time.time()
         summ = runner.run_or_reuse(cfg, os.path.join(RUNS, name))
         rows.append({"run": name, "text": text, "start": start, "loss": loss,
                      "overrides": over, "seeds": list(cfg.seeds),
-                     "seconds": round(time.time() - t0, 1),
+                     "train_seconds_per_seed": _train_seconds(os.path.join(RUNS, name)),
                      "per_seed": {m: [f[m] for f in summ["per_seed"]] for m in METRICS},
                      "aggregate": {m: summ["aggregate"][m] for m in METRICS}})
   return rows
+
+
+def _train_seconds(workdir):
+  """{seed: wall seconds of its training loop} from the last train row of metrics.jsonl."""
+  out = {}
+  for r in runner.read_metrics(workdir):
+    if r.get("kind") == "train":
+      out[str(r["seed"])] = r["time_s"]
+  return out
 
 
 def compare(rows):
@@ -175,6 +182,7 @@ def main(argv):
                                                         else ""),
       "pretraining": {"config": "configs/text_lm.py:cpu", "workdir": PRETRAIN_DIR,
                       "checkpoint": GPT2_DIR, **pre.get("text_lm", {}),
+                      "train_seconds": _train_seconds(PRETRAIN_DIR).get("0"),
                       **{k: agg[k]["mean"] for k in ("valid_ce_text", "valid_ppl_text",
                                                      "valid_acc_text", "test_ce_text")}},
       "fine_tuning": {"config": "configs/label_copy.py:cpu", "steps": a.steps, "seeds": seeds,

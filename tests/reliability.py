@@ -4,14 +4,34 @@ import hashlib
 import os
 import subprocess
 import sys
+import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PATH_STAR_FILE = os.path.join(os.path.dirname(ROOT), "shared", "data", "path_star",
                               "deg_2_path_3_nodes_50_test_20000.txt")
 
 
+# The subprocesses of the test suite compile the same few programs again and again (the
+# `test` configs): they share JAX's persistent compilation cache, and compile with LLVM's
+# optimisation off (XLA's own passes, fusion included, still run). Both change only compile
+# time; every comparison in these suites is between runs made with the same settings.
+JAX_TEST_CACHE = os.path.join(tempfile.gettempdir(), f"el_jax_test_jax_cache_{os.getuid()}")
+FAST_COMPILE = {"JAX_COMPILATION_CACHE_DIR": JAX_TEST_CACHE,
+                "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+                "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
+
+
+def fast_compile_env(base):
+  """`base` (an environment dict) with FAST_COMPILE and LLVM optimisation level 0."""
+  e = dict(base, **FAST_COMPILE)
+  flags = e.get("XLA_FLAGS", "")
+  if "xla_backend_optimization_level" not in flags:
+    e["XLA_FLAGS"] = (flags + " --xla_backend_optimization_level=0").strip()
+  return e
+
+
 def env(**extra):
-  e = dict(os.environ, JAX_PLATFORMS="cpu", EL_JAX_LOG_EVERY_S="10")
+  e = fast_compile_env(dict(os.environ, JAX_PLATFORMS="cpu", EL_JAX_LOG_EVERY_S="10"))
   e.pop("EL_JAX_VERBOSE", None)
   e.update({k: str(v) for k, v in extra.items()})
   return e

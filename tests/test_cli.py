@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+import reliability  # tests/reliability.py
 from el_jax import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -16,7 +17,7 @@ CONFIG_FILES = sorted(p for p in glob.glob(os.path.join(ROOT, "configs", "*.py")
 
 
 def _run_main(*args):
-  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  env = reliability.fast_compile_env(dict(os.environ, JAX_PLATFORMS="cpu"))
   return subprocess.run([sys.executable, "-m", "el_jax.main", *args], cwd=ROOT, env=env,
                         capture_output=True, text=True, timeout=120)
 

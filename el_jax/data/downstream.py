@@ -148,10 +148,8 @@ def cache_dir(cache=True):
     return None
   if isinstance(cache, (str, os.PathLike)):
     return os.fspath(cache)
-  root = os.environ.get("EL_JAX_CACHE")
-  if root:
-    return os.path.join(root, "downstream")
-  return os.path.join(os.path.expanduser("~"), ".cache", "el_jax", "downstream")
+  from el_jax import data
+  return data.cache_dir("downstream")
 
 
 def _key(kind, args, fingerprint):

@@ -114,9 +114,8 @@ def check_data_config(d):
 
 def default_cache_dir():
   """`$EL_JAX_CACHE/label_copy`, or `~/.cache/el_jax/label_copy` without that variable."""
-  base = os.environ.get("EL_JAX_CACHE") or os.path.join(os.path.expanduser("~"), ".cache",
-                                                        "el_jax")
-  return os.path.join(base, "label_copy")
+  from el_jax import data
+  return data.cache_dir("label_copy")
 
 
 # ----------------------------------------------------------------------------

@@ -125,9 +125,8 @@ def language(d):
 
 def default_cache_dir():
   """`$EL_JAX_CACHE/mlm`, or `~/.cache/el_jax/mlm` when EL_JAX_CACHE is not set."""
-  base = os.environ.get("EL_JAX_CACHE") or os.path.join(os.path.expanduser("~"), ".cache",
-                                                        "el_jax")
-  return os.path.join(base, "mlm")
+  from el_jax import data
+  return data.cache_dir("mlm")
 
 
 def _file_sha256(path):

@@ -56,9 +56,8 @@ _SKIP = __name__ == "__main__"
 
 def default_data_dir():
   """`$EL_JAX_CACHE/tfds`, or `~/.cache/el_jax/tfds` when EL_JAX_CACHE is not set."""
-  base = os.environ.get("EL_JAX_CACHE") or os.path.join(os.path.expanduser("~"), ".cache",
-                                                        "el_jax")
-  return os.path.join(base, "tfds")
+  from el_jax import data
+  return data.cache_dir("tfds")
 
 
 def _num(x):

@@ -94,8 +94,8 @@ def _cache_path(d, key):
   """`<data.cache_dir>/rows_<hash of key>.npz` (default $EL_JAX_CACHE/text_lm or
   ~/.cache/el_jax/text_lm)."""
   digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
-  root = os.environ.get("EL_JAX_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "el_jax")
-  cache_dir = os.path.expanduser(d.get("cache_dir", "") or os.path.join(root, "text_lm"))
+  from el_jax import data
+  cache_dir = os.path.expanduser(d.get("cache_dir", "") or data.cache_dir("text_lm"))
   return os.path.join(cache_dir, f"rows_{digest}.npz")
 
 

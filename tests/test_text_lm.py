@@ -1,5 +1,7 @@
 """Pretraining text for the small GPT-2 (el_jax.tasks.text_lm), its training through the
 generic loop, and `export_run` to the Hugging Face layout that `load_gpt2` reads."""
+import os
+
 import jax
 import numpy as np
 import pytest
@@ -15,7 +17,6 @@ from el_jax.tasks import text_lm
 
 
 def tmp_path_factory_cache(cfg):
-  import os
   return os.path.join(cfg.data.cache_dir, "label_copy")
 
 
@@ -37,7 +38,7 @@ def trained(tmp_path_factory):
   return cfg, tmp, summary, setup, trainer, params
 
 
-def test_rows_are_the_texts_without_the_label_copy_sentences(trained):
+def test_rows_are_the_texts_without_the_label_copy_sentences(trained, capsys):
   cfg, _, summary = trained[:3]
   rows, n_kept, n_excl = text_lm.build_rows(cfg.data)
   assert rows.dtype == np.int32 and rows.shape[1] == cfg.data.context_len + 1
@@ -63,6 +64,14 @@ def test_rows_are_the_texts_without_the_label_copy_sentences(trained):
   again = text_lm.build_rows(cfg.data)
   np.testing.assert_array_equal(again[0], rows)
   assert again[1:] == (n_kept, n_excl)
+  # A damaged cache is rebuilt (the same rows), with a warning.
+  cached = [p for p in os.listdir(cfg.data.cache_dir) if p.startswith("rows_")]
+  assert len(cached) == 1
+  with open(os.path.join(cfg.data.cache_dir, cached[0]), "wb") as f:
+    f.write(b"not an npz")
+  rebuilt = text_lm.build_rows(cfg.data)
+  np.testing.assert_array_equal(rebuilt[0], rows)
+  assert "cannot be read" in capsys.readouterr().err
   t = summary["text_lm"]
   assert t["sentences"] == n_kept and t["excluded_sentences"] == n_excl
   assert sum(t["rows"].values()) == len(rows)

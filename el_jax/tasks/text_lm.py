@@ -27,6 +27,7 @@ import functools
 import hashlib
 import json
 import os
+import sys
 
 import jax.numpy as jnp
 import numpy as np
@@ -112,8 +113,9 @@ def build_rows(d):
       with np.load(path) as z:
         if json.loads(str(z["key"])) == key:
           return z["rows"], int(z["num_sentences"]), int(z["num_excluded"])
-    except (OSError, ValueError, KeyError):
-      pass  # a damaged cache is rebuilt below
+    except (OSError, ValueError, KeyError) as e:  # rebuilt below (it is only a cache)
+      print(f"warning: the cached rows {path} cannot be read ({type(e).__name__}: {e}); "
+            f"rebuilding them", file=sys.stderr)
   excluded = _excluded_texts(d)
   seen, kept, dropped = set(), [], 0
   for corpus in d.corpora:

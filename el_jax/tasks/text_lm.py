@@ -35,6 +35,7 @@ import optax
 
 from el_jax import workdir as wd
 from el_jax.data import gpt2_bpe
+from el_jax.data import label_copy
 from el_jax.data import texts
 from el_jax.models import decoder
 from el_jax.tasks import base
@@ -72,21 +73,28 @@ def check_config(config):
     _int_at_least("train", t, name, 1)
 
 
-def _excluded_texts(d):
-  """Texts of every label-copy split (variant `d.exclude_label_copy`) of each corpus."""
+def _exclusion_configs(d):
+  """The label-copy data configs (variant `d.exclude_label_copy`, one per corpus) whose
+  sentences are left out."""
   if not d.exclude_label_copy:
-    return set()
+    return []
   from el_jax import runner
-  from el_jax.data import label_copy
-  out = set()
+  out = []
   for corpus in d.corpora:
     lc = runner.get_config("label_copy", d.exclude_label_copy).data
     lc.corpus = corpus
     if d.get("cache_dir", ""):  # the label-copy examples cached beside the rows
       lc.cache_dir = os.path.join(os.path.expanduser(d.cache_dir), "label_copy")
-    data = label_copy.build(lc)
-    sentences = texts.load_sentences(corpus)
-    for split in data.splits.values():
+    out.append(lc)
+  return out
+
+
+def _excluded_texts(d):
+  """Texts of every label-copy split (variant `d.exclude_label_copy`) of each corpus."""
+  out = set()
+  for lc in _exclusion_configs(d):
+    sentences = texts.load_sentences(lc.corpus)
+    for split in label_copy.build(lc).splits.values():
       out.update(sentences[int(i)][0] for i in split.sentence)
   return out
 
@@ -102,11 +110,14 @@ def _cache_path(d, key):
 
 def build_rows(d):
   """(rows [N, context_len + 1] int32, number of sentences, excluded) for the data config `d`;
-  cached as .npz (the key: corpora, exclusion, context, data seed, tokenizer)."""
+  cached as .npz (the key: corpora, the excluded splits' own cache keys, context, data seed,
+  sentence cap, tokenizer)."""
   key = {"format": FORMAT_VERSION, "corpora": list(d.corpora),
          "exclude_label_copy": d.exclude_label_copy, "context_len": int(d.context_len),
          "data_seed": int(d.data_seed), "max_sentences": int(d.max_sentences),
-         "tokenizer": gpt2_bpe.files()[0]}
+         "tokenizer": gpt2_bpe.files()[0],
+         # what fixes the excluded splits (a changed label-copy config rebuilds the rows)
+         "excluded_splits": [label_copy.cache_key(lc) for lc in _exclusion_configs(d)]}
   path = _cache_path(d, key)
   if os.path.exists(path):
     try:

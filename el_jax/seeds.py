@@ -291,14 +291,7 @@ def _run_group(trainer, stacked, mngrs, start, stop, workdir, writer):
         train._check_and_log((step, {k: v[i] for k, v in host.items()}), seed, st, writer,
                              bar, t0)
       except FloatingPointError as e:
-        last = mngr.latest_step()
-        where = (f"the last checkpoint is step {last} ({mngr.directory}/{last}), where a "
-                 f"rerun resumes" if last is not None else
-                 "no checkpoint was saved before it, so a rerun starts this seed afresh")
-        raise FloatingPointError(
-            f"{e}; {where}. Rerun with a lower --config.optim.lr (or more "
-            f"optim.warmup_steps, or optim.grad_clip) and --allow_config_change=optim.lr "
-            f"(naming each field you change)") from None
+        raise train.diverged_error(e, mngr) from None
 
   if start == 0 and tcfg.eval_every:
     log_eval(0, state)

@@ -684,14 +684,7 @@ def _train_seed(trainer, seed, writer, flat_hook, mngr, stop, final_path, data_i
     if pending is not None:
       _check_and_log(pending, seed, st, writer, bar, t0)
   except FloatingPointError as e:
-    last = mngr.latest_step()
-    where = (f"the last checkpoint is step {last} ({mngr.directory}/{last}), where a rerun "
-             f"resumes" if last is not None else
-             "no checkpoint was saved before it, so a rerun starts this seed afresh")
-    raise FloatingPointError(
-        f"{e}; {where}. Rerun with a lower --config.optim.lr (or more optim.warmup_steps, or "
-        f"optim.grad_clip) and --allow_config_change=optim.lr (naming each field you change)"
-    ) from None
+    raise diverged_error(e, mngr) from None
   finally:
     bar.close()
   mngr.wait_until_finished()
@@ -703,6 +696,18 @@ def _train_seed(trainer, seed, writer, flat_hook, mngr, stop, final_path, data_i
   if distributed.is_main():
     wd.write_json(final_path, final)
   return final
+
+
+def diverged_error(err, mngr):
+  """The FloatingPointError to raise for a diverged seed: `err` plus where a rerun resumes
+  (the newest checkpoint of `mngr`) and how to continue with a lower learning rate."""
+  last = mngr.latest_step()
+  where = (f"the last checkpoint is step {last} ({mngr.directory}/{last}), where a rerun "
+           f"resumes" if last is not None else
+           "no checkpoint was saved before it, so a rerun starts this seed afresh")
+  return FloatingPointError(
+      f"{err}; {where}. Rerun with a lower --config.optim.lr (or more optim.warmup_steps, or "
+      f"optim.grad_clip) and --allow_config_change=optim.lr (naming each field you change)")
 
 
 def _check_and_log(pending, seed, st, writer, bar, t0):

@@ -83,21 +83,10 @@ def _compilation_cache(tmp_path_factory):
   restores the previous settings afterwards (nothing to do if the whole
   session already has a cache).
   """
-  from jax.experimental.compilation_cache import compilation_cache as cc
-  if jax.config.jax_compilation_cache_dir:
-    yield
-    return
-  old_min_time = jax.config.jax_persistent_cache_min_compile_time_secs
-  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
   cache = _shared_root(tmp_path_factory) / "jax_cache"
   cache.mkdir(exist_ok=True)
-  cc.set_cache_dir(str(cache))
-  try:
+  with reliability.compilation_cache(cache):
     yield
-  finally:
-    cc.set_cache_dir(None)
-    cc.reset_cache()
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", old_min_time)
 
 
 def _to_host(tree):

@@ -21,6 +21,8 @@ from el_jax import seeds as seeds_lib
 from el_jax import train
 from el_jax.tasks import copy_task as copy_tasks
 
+import reliability  # tests/reliability.py
+
 K = 4  # stop_at_step of the resumed run: half of the `test` variant's 8 steps
 SEEDS = (0, 1)
 
@@ -37,19 +39,8 @@ def _config(**overrides):
 @pytest.fixture(scope="module", autouse=True)
 def _compilation_cache(tmp_path_factory):
   """Programs compiled twice (evaluation, init) are compiled once (as in test_train)."""
-  from jax.experimental.compilation_cache import compilation_cache as cc
-  if jax.config.jax_compilation_cache_dir:
+  with reliability.compilation_cache(tmp_path_factory.mktemp("jax_cache_vmap_seeds")):
     yield
-    return
-  old_min_time = jax.config.jax_persistent_cache_min_compile_time_secs
-  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-  cc.set_cache_dir(str(tmp_path_factory.mktemp("jax_cache_vmap_seeds")))
-  try:
-    yield
-  finally:
-    cc.set_cache_dir(None)
-    cc.reset_cache()
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", old_min_time)
 
 
 def _host(tree):

@@ -110,6 +110,7 @@ def get_config(arg="cpu"):
   c.train.stop_at_step = 0  # stop (resumably) after this step, 0 = run to num_steps
   c.train.vmap_seeds = False  # True: train all seeds as one stacked, jitted program (el_jax.seeds)
   c.train.vmap_seeds_impl = "auto"  # its step: "vmap" | "map" (lax.map over seeds) | "auto" (map on CPU, else vmap)
+  c.train.cpu_dots = "xla"  # matmuls on CPU: "xla" (XLA's choice, YNNPACK in jax 0.10.2; committed results) | "eigen" (Eigen, faster on small models: docs/bench.md; other rounding)
   c.train.keep_checkpoints = 2  # newest checkpoints kept (0 = all)
   c.train.init_from = ""  # workdir of a run of the same model whose newest parameters start this one ("" = none)
 

@@ -11,9 +11,12 @@ ratio, with its min..max over rounds as a noise bar), in wall time and in
 this process's CPU time (less sensitive to other processes on a shared
 machine), and as its last line `tokens_per_s=<float>` for the configured loss.
 `--all_positions` times the step with logits at every position instead of
-only the scored ones; `--flops` adds XLA's FLOP estimate per step.
-No XLA flags are set here: XNNPACK / oneDNN dots measured no faster on this
-model (docs/bench.md).
+only the scored ones; `--flops` adds XLA's FLOP estimate per step, the measured matmul
+peak (2048^2 float32 through jnp, the best of XLA's and Eigen's matmuls) and the MFU (model FLOPs per second over that peak);
+`--profile` traces the configured loss's step with the JAX profiler and prints the time of
+XLA's ops by kind (dots, elementwise fusions, reductions, layout copies).
+No XLA flags are set here; `--config.train.cpu_dots=eigen` times the step with XLA's
+Eigen matmuls instead of its default (YNNPACK) ones (docs/bench.md).
 
 `--seeds=S` times instead S model seeds trained one jitted step per seed (the
 sequential loop of `train.train_seed`) against the stacked program of
@@ -49,7 +52,10 @@ def _extra(fv):
   flags.DEFINE_list("seeds_impls", ["map", "vmap"], "stacked implementations timed with "
                     "--seeds (el_jax.seeds.IMPLS)", flag_values=fv)
   flags.DEFINE_bool("flops", False, "also print XLA's FLOP estimate per step (one more "
-                    "compilation per loss)", flag_values=fv)
+                    "compilation per loss), the matmul peak and the MFU", flag_values=fv)
+  flags.DEFINE_bool("profile", False, "profile --steps steps of the configured loss with the "
+                    "JAX profiler and print where the time goes, by kind of XLA op",
+                    flag_values=fv)
 
 
 class StepRunner:
@@ -158,6 +164,80 @@ def bench_seeds(config, num_seeds, impls, steps, repeats, warmup):
     print(line)
 
 
+def matmul_peak(n=2048, reps=5):
+  """FLOP/s of the best of `reps` n x n float32 matmuls through jnp, over every matmul
+  library of `train.CPU_DOTS` on CPU (the denominator of the MFU figures: one peak for the
+  machine, whichever library a step uses)."""
+  import jax.numpy as jnp
+  a = jnp.ones((n, n), jnp.float32)
+  options = train.CPU_DOTS.values() if jax.default_backend() == "cpu" else [{}]
+  best = float("inf")
+  for opts in options:
+    f = jax.jit(jnp.dot).lower(a, a).compile(compiler_options=dict(opts))
+    jax.block_until_ready(f(a, a))
+    for _ in range(reps):
+      t0 = time.perf_counter()
+      jax.block_until_ready(f(a, a))
+      best = min(best, time.perf_counter() - t0)
+  return 2.0 * n ** 3 / best
+
+
+def _op_kinds(hlo_text):
+  """{instruction name: kind} of a compiled module's HLO text: "dot" for dots and fusions
+  that contain one, "reduce", "layout" (transposes / copies only), "elementwise"."""
+  import re
+  comps, cur = {}, None
+  for line in hlo_text.splitlines():
+    m = re.match(r"^(?:ENTRY )?%?([\w.\-]+) .*\{$", line)
+    if m:
+      cur = comps.setdefault(m.group(1), [])
+    elif cur is not None:
+      cur.append(line)
+  kinds = {}
+  for lines in comps.values():
+    for line in lines:
+      m = re.match(r"\s*(?:ROOT )?%?([\w.\-]+) = \S+ ([\w\-]+)\(", line)
+      if not m:
+        continue
+      name, op = m.groups()
+      if op == "fusion":
+        called = re.search(r"calls=%?([\w.\-]+)", line)
+        ops = set(re.findall(r"= \S+ ([\w\-]+)\(", "\n".join(comps.get(called.group(1), []))
+                             if called else ""))
+      else:
+        ops = {op}
+      if ops & {"dot", "convolution"}:
+        kinds[name] = "dot"
+      elif ops & {"reduce", "reduce-window"}:
+        kinds[name] = "reduce"
+      elif ops and ops <= {"transpose", "copy", "bitcast", "parameter", "reshape", "broadcast"}:
+        kinds[name] = "layout"
+      else:
+        kinds[name] = "elementwise"
+  return kinds
+
+
+def op_breakdown(runner, steps):
+  """Wall ms per step and {kind: op ms per step} (summed over XLA's threads) of `runner`'s
+  step, from a JAX profiler trace of `steps` steps."""
+  import collections
+  import glob
+  import gzip
+  import json
+  import tempfile
+  compiled = runner.trainer.step.lower(runner.state, runner.batches[0]).compile()
+  kinds = _op_kinds(compiled.as_text())
+  with tempfile.TemporaryDirectory() as d:
+    with jax.profiler.trace(d, create_perfetto_trace=True):
+      wall = runner(steps)
+    trace = json.load(gzip.open(glob.glob(f"{d}/**/*.trace.json.gz", recursive=True)[0]))
+  out = collections.defaultdict(float)
+  for e in trace["traceEvents"] if isinstance(trace, dict) else trace:
+    if e.get("ph") == "X" and e.get("name") in kinds:
+      out[kinds[e["name"]]] += e["dur"] / 1e3 / steps
+  return 1e3 * wall, dict(out)
+
+
 def time_steps(config, steps, repeats, warmup):
   """Median seconds per train step for `config` (compilation excluded)."""
   runner = StepRunner(config, warmup)
@@ -225,6 +305,7 @@ def main(argv=None):
         f"{jax.device_count()} {jax.devices()[0].platform} device(s), optimizer {config.optim.name}; "
         f"logits at {'all' if fv.all_positions else len(setup.scored_positions)} positions "
         f"per context; {fv.repeats} interleaved rounds of {fv.steps} steps")
+  peak = None
   for name in names:
     s = float(np.median(times[name]))
     line = (f"loss={name:3s} step_ms={1e3 * s:8.3f} cpu_ms={1e3 * float(np.median(cpu[name])):8.3f} "
@@ -235,8 +316,19 @@ def main(argv=None):
       line += (f" overhead_vs_ce: wall {100 * med:+.1f}% (rounds {100 * lo:+.1f}..{100 * hi:+.1f}),"
                f" cpu {100 * cmed:+.1f}% (rounds {100 * clo:+.1f}..{100 * chi:+.1f})")
     if fv.flops:
-      line += f" gflops={runners[name].flops() / 1e9:.4f}"
+      flops = runners[name].flops()
+      peak = peak or matmul_peak()
+      line += f" gflops={flops / 1e9:.4f} mfu={100 * flops / s / peak:.1f}%"
     print(line)
+  if fv.flops:
+    print(f"matmul_peak_gflops={peak / 1e9:.1f} (2048^2 float32 through jnp, best of 5 per CPU matmul library)")
+  if fv.profile:
+    wall, ops = op_breakdown(runners[config.loss.name], fv.steps)
+    total = sum(ops.values())
+    print(f"profile (loss={config.loss.name}, train.cpu_dots={config.train.get('cpu_dots', 'xla')}): "
+          f"{wall:.1f} ms/step wall, {total:.1f} ms/step of XLA ops summed over threads")
+    for kind, ms in sorted(ops.items(), key=lambda kv: -kv[1]):
+      print(f"  {kind:12s} {ms:8.2f} ms/step {100 * ms / total:5.1f}%")
   print(f"tokens_per_s={tokens / float(np.median(times[config.loss.name])):.1f}")
 
 

@@ -154,7 +154,8 @@ def inert_keys(flat):
   the hyperparameters of losses other than `loss.name` (configs carry every loss's, so that
   sweeps can switch by name), the reweighting fields while `loss.reduction` is the plain
   mean, `optim.decay_frac` unless the schedule is "wsd", a disabled `adversarial`
-  block, the default `data.pipeline="memory"` and `data.max_sentences=0`. A field added to the configs later is inert in the old runs' configs too, so
+  block, the default `data.pipeline="memory"`, `data.max_sentences=0` and
+  `train.cpu_dots="xla"`. A field added to the configs later is inert in the old runs' configs too, so
   their workdirs and result rows stay comparable."""
   from el_jax import losses
   out = set()
@@ -175,6 +176,8 @@ def inert_keys(flat):
     out.add("data.pipeline")
   if flat.get("data.max_sentences", 0) in (0, "<absent>"):  # text_lm: every sentence
     out.add("data.max_sentences")
+  if flat.get("train.cpu_dots", "xla") in ("xla", "<absent>"):  # XLA's own CPU matmuls
+    out.add("train.cpu_dots")
   return out
 
 
@@ -272,14 +275,22 @@ class ResultsFile:
 
   def get(self, label, config):
     want = flatten(config_dict(config))
-    for r in self.rows:
-      if r.get("label") == label and flatten(r.get("config", {})) == want:
+    for r in self.rows:  # equal up to inert fields (a row written before a field existed)
+      if r.get("label") == label and not config_diff(flatten(r.get("config", {})), want):
         return r
     return None
 
   def put(self, row):
-    self.rows = [r for r in self.rows if r.get("label") != row["label"]] + [row]
-    self.write()
+    """Replace the row of `row["label"]`, re-reading the file under a lock first, so that
+    two processes filling the same file (different labels) keep each other's rows."""
+    import fcntl
+    os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+    with open(self.path + ".lock", "w") as lock:
+      fcntl.flock(lock, fcntl.LOCK_EX)
+      if os.path.exists(self.path):
+        self.rows = ResultsFile(self.path).rows
+      self.rows = [r for r in self.rows if r.get("label") != row["label"]] + [row]
+      self.write()
 
   def write(self):
     from el_jax import workdir as wd

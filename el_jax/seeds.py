@@ -162,7 +162,7 @@ class StackedTrainer:
         return jax.lax.map(lambda args: one(*args), (state, batch))
     self.step = jax.jit(stacked, in_shardings=(self.state_sharding, self.batch_sharding),
                         out_shardings=(self.state_sharding, self.seed_sharding),
-                        donate_argnums=0)
+                        donate_argnums=0, compiler_options=trainer.compiler_options)
 
   def init(self):
     return self.stack([self.trainer.init(s) for s in self.seeds])

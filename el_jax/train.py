@@ -203,6 +203,24 @@ def train_step(graphdef, loss_fn, tx, groups, state, batch, positions=None, redu
 # Host-side loop
 
 
+# `train.cpu_dots`: XLA debug options for the CPU backend's matmuls, passed per compiled
+# function (`jax.jit(compiler_options=...)`), so one process can time both (el_jax.bench).
+# "xla": XLA's own choice (in jax 0.10.2, dots run as YNNPACK fusions); every committed
+# result was trained with it. "eigen": XLA's Eigen dot emitter, no XNNPACK / YNNPACK
+# fusions: measured faster on the small models here (docs/bench.md), different rounding.
+CPU_DOTS = {
+    "xla": {},
+    "eigen": {"xla_cpu_use_xnnpack": False, "xla_cpu_experimental_ynn_fusion_type": ""},
+}
+
+
+def compiler_options(config):
+  """The `jax.jit` compiler options of `config.train.cpu_dots` ({} off the CPU backend)."""
+  if jax.default_backend() != "cpu":
+    return {}
+  return dict(CPU_DOTS[config.train.get("cpu_dots", "xla")])
+
+
 class Trainer:
   """Jitted functions for one Setup (shared by all seeds); the `evaluator` tasks evaluate with."""
 
@@ -226,16 +244,19 @@ class Trainer:
     step_kw = {"positions": positions}
     if setup.config.loss.get("reduction", "mean") != "mean":  # "mean": train_step's own
       step_kw["reduce_fn"] = setup.reduce_fn
+    self.compiler_options = opts = compiler_options(setup.config)
     self.step = jax.jit(functools.partial(step_fn, self.graphdef, setup.loss_fn, setup.tx,
                                           setup.task.groups, **step_kw),
                         in_shardings=(self.state_sharding, self.data_sharding),
-                        out_shardings=(self.state_sharding, self.repl), donate_argnums=0)
+                        out_shardings=(self.state_sharding, self.repl), donate_argnums=0,
+                        compiler_options=opts)
     # Inputs arrive sharded over `data` (`put`), params replicated.
-    self.decode = jax.jit(setup.task.decode_fn(self.graphdef))
+    self.decode = jax.jit(setup.task.decode_fn(self.graphdef), compiler_options=opts)
     self.num_devices = mesh.devices.size
     self.num_processes = jax.process_count()
     if self.num_processes > 1:  # el_jax.distributed: predictions replicated, readable by every process
-      self.decode = jax.jit(setup.task.decode_fn(self.graphdef), out_shardings=self.repl)
+      self.decode = jax.jit(setup.task.decode_fn(self.graphdef), out_shardings=self.repl,
+                            compiler_options=opts)
 
   def init(self, seed):
     return self._init(seed)
@@ -1004,6 +1025,10 @@ def validate_config(config):
   n = config.get("num_devices", 0)
   if _not_int(n) or n < 0:
     raise ValueError(f"num_devices={n!r} must be an integer >= 0 (0 = all local devices)")
+  dots = t.get("cpu_dots", "xla")
+  if dots not in CPU_DOTS:
+    raise ValueError(f"train.cpu_dots={dots!r} must be one of {tuple(CPU_DOTS)} (the matmul "
+                     f"library of the CPU backend; docs/bench.md)")
   optim.validate_config(config.optim)
   losses.validate_config(config.loss)
   decoder.validate_model_config(config.model)

@@ -32,8 +32,8 @@ import subprocess
 import sys
 import time
 
-from el_jax import cli
-from el_jax import workdir as wd
+# el_jax is imported only by the el_jax side and the parent: the torch worker runs in
+# .venv-torch, which has neither el_jax nor jax.
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TORCH_VENV = os.path.join(ROOT, ".venv-torch")
@@ -61,23 +61,32 @@ def _serve(info, run):
     print(TAG + json.dumps({"sec": run(int(cmd[1]))}), flush=True)
 
 
-def el_jax_worker(config_args, warmup, all_positions):
+def el_jax_worker(config_args, warmup, all_positions, cpu_dots):
   import jax
   from el_jax import bench, cli
   from el_jax.models import decoder
   config, _ = cli.parse(["bench_vs_torch"] + config_args, require_workdir=False)
+  config.train.cpu_dots = cpu_dots
   t0 = time.perf_counter()
   runner = bench.StepRunner(config, warmup, score_all_positions=all_positions)
   m = runner.setup.model_cfg
-  info = {"side": "el_jax_all_positions" if all_positions else "el_jax", "jax": jax.__version__, "device": str(jax.devices()[0]),
+  info = {"side": _side(cpu_dots, all_positions), "jax": jax.__version__,
+          "device": str(jax.devices()[0]), "cpu_dots": cpu_dots,
           "num_params": decoder.num_params(runner.state["params"]),
           "tokens_per_step": runner.tokens, "setup_s": time.perf_counter() - t0,
+          "flops_per_step": runner.flops(),
+          "matmul_peak_flops": bench.matmul_peak(),
           "xla_flags": os.environ.get("XLA_FLAGS", ""),
           "shape": {"num_layers": m.num_layers, "embed_dim": m.embed_dim,
                     "num_heads": m.num_heads, "mlp_dim": m.mlp_dim, "vocab": m.vocab_size,
-                    "batch": runner.setup.contexts_per_batch,
+                    "batch": runner.rows,
                     "seq": config.data.context_len}}
   _serve(info, runner)
+
+
+def _side(cpu_dots, all_positions):
+  return "el_jax" + ("" if cpu_dots == "xla" else f"_{cpu_dots}") + (
+      "_all_positions" if all_positions else "")
 
 
 def torch_worker(shape, attn, warmup, lr, clip, threads):
@@ -199,6 +208,8 @@ def main(argv=None):
   p.add_argument("--shape", help=argparse.SUPPRESS)
   p.add_argument("--attn", default="eager", help=argparse.SUPPRESS)
   p.add_argument("--all_positions", action="store_true", help=argparse.SUPPRESS)
+  p.add_argument("--cpu_dots", default="xla,eigen",
+                 help="el_jax sides: train.cpu_dots values timed (comma-separated)")
   p.add_argument("--steps", type=int, default=20, help="steps per timed window")
   p.add_argument("--rounds", type=int, default=7, help="alternating rounds (medians reported)")
   p.add_argument("--warmup", type=int, default=5, help="untimed steps after setup")
@@ -210,8 +221,9 @@ def main(argv=None):
   p.add_argument("--out", default=OUT)
   args, config_args = p.parse_known_args(argv)
   config_args = config_args or DEFAULT_CONFIG
+  dots = [d for d in args.cpu_dots.split(",") if d]
   if args.worker == "el_jax":
-    return el_jax_worker(config_args, args.warmup, args.all_positions)
+    return el_jax_worker(config_args, args.warmup, args.all_positions, dots[0])
   if args.worker == "torch":
     s = json.loads(args.shape)
     return torch_worker(s, args.attn, args.warmup, s["lr"], s["clip"], int(args.threads))
@@ -219,7 +231,12 @@ def main(argv=None):
   ensure_torch_venv()
   me = os.path.abspath(__file__)
   common = [f"--warmup={args.warmup}"]
-  jax_w = Worker([sys.executable, me, "--worker=el_jax", *common, *config_args])
+  from el_jax import train
+  bad = [d for d in dots if d not in train.CPU_DOTS]
+  if not dots or bad:
+    raise SystemExit(f"error: --cpu_dots={args.cpu_dots!r}: give some of {list(train.CPU_DOTS)}")
+  jax_w = Worker([sys.executable, me, "--worker=el_jax", f"--cpu_dots={dots[0]}", *common,
+                  *config_args])
   shape = dict(jax_w.info["shape"])
   from el_jax import cli
   config, _ = cli.parse(["bench_vs_torch"] + config_args, require_workdir=False)
@@ -227,10 +244,13 @@ def main(argv=None):
     print("note: the torch side always uses AdamW with constant lr, no weight decay",
           file=sys.stderr)
   shape.update(lr=float(config.optim.lr), clip=float(config.optim.grad_clip or 1e30))
-  workers = {"el_jax": jax_w}
-  if args.all_positions_too:
-    workers["el_jax_all_positions"] = Worker(
-        [sys.executable, me, "--worker=el_jax", "--all_positions", *common, *config_args])
+  workers = {jax_w.info["side"]: jax_w}
+  for d in dots:
+    for allpos in ((False, True) if args.all_positions_too else (False,)):
+      if _side(d, allpos) not in workers:
+        workers[_side(d, allpos)] = Worker(
+            [sys.executable, me, "--worker=el_jax", f"--cpu_dots={d}", *common, *config_args]
+            + (["--all_positions"] if allpos else []))
   threads = [int(n) for n in args.threads.split(",") if n]
   for n in threads:
     for impl in [s for s in args.impls.split(",") if s]:
@@ -261,35 +281,73 @@ def main(argv=None):
     med = _median(times[name])
     summary[name] = {"step_ms_median": 1e3 * med, "tokens_per_s": tokens / med,
                      "step_ms_windows": [1e3 * t for t in times[name]]}
+  # MFU: model FLOPs per second over the measured matmul peak. The FLOPs are XLA's count of
+  # el_jax's step (cost analysis); torch does the all-positions work, so it gets the FLOPs
+  # of el_jax's all-positions step (its own count where that side was timed).
+  peak = max(w.info["matmul_peak_flops"] for n, w in workers.items() if n.startswith("el_jax"))
+  jax_sides = [n for n in names if n.startswith("el_jax")]
+  all_flops = next((workers[n].info["flops_per_step"] for n in jax_sides
+                    if n.endswith("_all_positions")), float("nan"))
+  for name in names:
+    flops = workers[name].info.get("flops_per_step", all_flops)
+    summary[name]["flops_per_step"] = flops
+    summary[name]["mfu"] = flops / (summary[name]["step_ms_median"] / 1e3) / peak
   ratios = {}
-  for name in names[1:]:
-    per_round = [t / j for t, j in zip(times[name], times["el_jax"])]
-    ratios[f"el_jax/{name}"] = {"median": _median(per_round), "min": min(per_round),
-                                "max": max(per_round),
-                                "of_medians": summary["el_jax"]["tokens_per_s"]
-                                / summary[name]["tokens_per_s"]}
+  for a in jax_sides:
+    for name in names:
+      if name == a or name in jax_sides and jax_sides.index(name) < jax_sides.index(a):
+        continue
+      per_round = [t / j for t, j in zip(times[name], times[a])]
+      ratios[f"{a}/{name}"] = {"median": _median(per_round), "min": min(per_round),
+                               "max": max(per_round),
+                               "of_medians": summary[a]["tokens_per_s"]
+                               / summary[name]["tokens_per_s"]}
+  torch_sides = [n for n in names if n.startswith("torch")]
+  targets = {}
+  for label, want, allpos in (("scored positions vs best torch", 1.3, False),
+                              ("all positions (equal work) vs best torch", 1.0, True)):
+    cands = [n for n in jax_sides if n.endswith("_all_positions") == allpos]
+    if not cands or not torch_sides:
+      continue
+    best = max(cands, key=lambda n: summary[n]["tokens_per_s"])
+    rival = max(torch_sides, key=lambda n: summary[n]["tokens_per_s"])
+    got = ratios[f"{best}/{rival}"]["median"]
+    targets[label] = {"el_jax": best, "torch": rival, "ratio": got, "target": want,
+                      "met": got >= want}
   result = {
       "command": " ".join([os.path.relpath(me, ROOT)] + sys.argv[1:]),
       "config_args": config_args, "shape": shape, "steps_per_window": args.steps,
       "rounds": args.rounds, "cpu_count": os.cpu_count(), "machine": platform.machine(),
       "loadavg_start": load0, "loadavg_end": load1,
       "workers": {n: w.info for n, w in workers.items()},
-      "results": summary, "ratio_tokens_per_s": ratios,
+      "results": summary, "ratio_tokens_per_s": ratios, "matmul_peak_flops": peak,
+      "targets": targets,
   }
   os.makedirs(os.path.dirname(args.out), exist_ok=True)
+  from el_jax import workdir as wd
   wd.write_json(args.out, result)
   print(f"shape: {shape['num_layers']} layers x {shape['embed_dim']} wide, "
         f"{shape['num_heads']} heads, MLP {shape['mlp_dim']}, vocab {shape['vocab']}, "
         f"batch {shape['batch']} x {shape['seq']} tokens; {args.rounds} alternating rounds "
         f"of {args.steps} steps; load average {load0[0]:.1f} -> {load1[0]:.1f}")
+  print(f"matmul peak (2048^2 f32 through jnp, best of XLA's and Eigen's matmuls, best "
+        f"worker): {peak / 1e9:.1f} GFLOP/s")
   for name in names:
     s = summary[name]
-    print(f"{name:20s} step_ms={s['step_ms_median']:8.2f} tokens_per_s={s['tokens_per_s']:9.1f}")
+    print(f"{name:30s} step_ms={s['step_ms_median']:8.2f} tokens_per_s={s['tokens_per_s']:9.1f}"
+          f" GFLOP/step={s['flops_per_step'] / 1e9:6.3f} MFU={100 * s['mfu']:5.1f}%")
   for key, r in ratios.items():
     print(f"ratio {key} (tokens/s) = {r['median']:.3f} (per-round median; rounds "
           f"{r['min']:.3f}..{r['max']:.3f})")
+  for label, t in targets.items():
+    print(f"target {label}: {t['el_jax']} / {t['torch']} = {t['ratio']:.3f}, wanted >= "
+          f"{t['target']}: {'met' if t['met'] else 'MISSED'}")
   print(f"wrote {os.path.relpath(args.out, ROOT)}")
 
 
 if __name__ == "__main__":
-  cli.script(main)
+  if "--worker=torch" in sys.argv:
+    main(sys.argv[1:])
+  else:
+    from el_jax import cli
+    cli.script(main)

@@ -124,6 +124,17 @@ def test_results_file_reuses_a_row_only_for_the_same_config(tmp_path):
   assert [r["value"] for r in json.load(open(tmp_path / "r.json"))] == [2]
 
 
+def test_results_files_of_two_writers_keep_each_others_rows(tmp_path):
+  # two experiment processes filling one file (different labels), both opened before
+  # either writes: the later put must not drop the earlier one's row
+  path = str(tmp_path / "r.json")
+  one, two = runner.ResultsFile(path), runner.ResultsFile(path)
+  one.put({"label": "a", "config": {}, "value": 1})
+  two.put({"label": "b", "config": {}, "value": 2})
+  one.put({"label": "a", "config": {}, "value": 3})
+  assert {r["label"]: r["value"] for r in json.load(open(path))} == {"a": 3, "b": 2}
+
+
 def test_run_or_reuse_trains_once(tmp_path, monkeypatch):
   cfg = runner.get_config("copy_task", "test")
   cfg.progress = False
@@ -170,3 +181,7 @@ def test_config_diff_ignores_fields_that_cannot_change_training():
   assert runner.config_diff({**old, "adversarial.enabled": False, "adversarial.weight": 1.0},
                             new) == []
   assert runner.config_diff(old, {**new, "adversarial.enabled": True}) == ["adversarial.enabled"]
+  assert new["train.cpu_dots"] == "xla"  # the default: inert, so also when absent
+  no_dots = {k: v for k, v in new.items() if k != "train.cpu_dots"}
+  assert runner.config_diff(no_dots, new) == []
+  assert runner.config_diff(no_dots, {**new, "train.cpu_dots": "eigen"}) == ["train.cpu_dots"]

@@ -202,6 +202,25 @@ def test_one_vs_eight_devices(one_device, runs):
   assert int(state8["step"]) == int(one_device.state["step"]) == 2 * K
 
 
+def test_eigen_cpu_dots_train_like_xla_dots(one_device):
+  """`train.cpu_dots="eigen"` (another matmul library, so other rounding) trains the `test`
+  config to the same metrics and parameters within float tolerance, and really compiles
+  another program (no YNNPACK fusion in its HLO)."""
+  setup = train.Setup(_config(num_devices=1, **{"train.cpu_dots": "eigen"}))
+  trainer = train.Trainer(setup)
+  assert trainer.compiler_options == train.CPU_DOTS["eigen"]
+  state = trainer.init(0)
+  batch0 = trainer.put_batch(setup.batch(0, 0))
+  assert "ynn" not in trainer.step.lower(state, batch0).compile().as_text()
+  for step in range(setup.config.train.num_steps):
+    state, m = trainer.step(state, trainer.put_batch(setup.batch(0, step)))
+    for key, v in jax.device_get(m).items():
+      assert math.isclose(float(v), one_device.metrics[step][key], rel_tol=1e-4,
+                          abs_tol=1e-6), (step, key)
+  _assert_trees_equal(_to_host(state["params"]), one_device.state["params"], rtol=1e-4,
+                      atol=1e-6)
+
+
 def test_stop_at_step_stops_resumably(runs):
   stopped = runs.stopped / "seed_0"
   assert not (stopped / "final.json").exists()
@@ -473,6 +492,7 @@ CONFIG_ERRORS = {
     "lr_nan": ({"optim.lr": float("nan")}, ["optim.lr=nan"]),
     "task": ({"task": "ntp_linear"}, ["'ntp_linear'", "'copy_task'"]),
     "no_seeds": ({"seeds": ()}, ["config.seeds is empty"]),
+    "cpu_dots": ({"train.cpu_dots": "mkl"}, ["train.cpu_dots='mkl'", "'xla'", "'eigen'"]),
 }
 
 

@@ -157,6 +157,14 @@ class Task(abc.ABC):
 # Shared pieces
 
 
+def check_int(section, fields, name, lo, hint=""):
+  """ValueError "<section>.<name>=<v> must be an integer >= <lo><hint>" unless the config
+  field `fields[name]` is an integer (not a bool) of at least `lo`."""
+  v = fields.get(name)
+  if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
+    raise ValueError(f"{section}.{name}={v!r} must be an integer >= {lo}{hint}")
+
+
 def order_seed(data_seed, seed):
   """The seed of the training-example order of (data seed, model seed): one stream per pair."""
   return 100_003 * data_seed + seed

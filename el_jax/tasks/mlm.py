@@ -139,9 +139,7 @@ class MLMTask(base.Task):
     if d.get("masking") not in MASKINGS:
       raise ValueError(f"data.masking={d.get('masking')!r}; allowed: {MASKINGS}")
     for name in ("batch_size", "eval_batch_size", "eval_train_sentences"):
-      v = t.get(name)
-      if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-        raise ValueError(f"train.{name}={v!r} must be an integer >= 1")
+      base.check_int("train", t, name, 1)
     if d.num_train < t.batch_size:
       raise ValueError(f"data.num_train={d.num_train} < train.batch_size={t.batch_size}")
     if decoder.preset(m.preset, vocab_size=1).causal:

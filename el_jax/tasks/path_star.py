@@ -132,11 +132,8 @@ class PathStarTask(base.Task):
       raise ValueError(f"data.num_train={d.num_train} < train.batch_size={t.batch_size}")
     for name, lo in (("num_train", 1), ("num_valid", 1), ("num_test", 0),
                      ("eval_train_graphs", 1)):
-      v = d[name] if name in d else t[name]
-      if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-        key = f"data.{name}" if name in d else f"train.{name}"
-        raise ValueError(f"{key}={v!r} must be an integer >= {lo}"
-                         + (" (0 = every graph of data.test_file)" if name == "num_test" else ""))
+      base.check_int("data" if name in d else "train", d if name in d else t, name, lo,
+                     " (0 = every graph of data.test_file)" if name == "num_test" else "")
     if t.eval_batch_size < 1:
       raise ValueError(f"train.eval_batch_size={t.eval_batch_size} must be >= 1")
     if not d.test_file and d.num_test < 1:

@@ -43,12 +43,6 @@ from el_jax.tasks import base
 FORMAT_VERSION = 1
 
 
-def _int_at_least(section, d, name, lo):
-  v = d.get(name)
-  if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
-    raise ValueError(f"{section}.{name}={v!r} must be an integer >= {lo}")
-
-
 def check_config(config):
   d, t = config.data, config.train
   corpora = tuple(d.corpora)
@@ -64,13 +58,13 @@ def check_config(config):
     if excl not in variants:
       raise ValueError(f"data.exclude_label_copy={excl!r} is not a variant of configs/label_copy.py "
                        f"({variants}, or '' for none)")
-  _int_at_least("data", d, "context_len", 2)
-  _int_at_least("data", d, "num_valid", 1)
-  _int_at_least("data", d, "num_test", 1)
-  _int_at_least("data", d, "data_seed", 0)
-  _int_at_least("data", d, "max_sentences", 0)
+  base.check_int("data", d, "context_len", 2)
+  base.check_int("data", d, "num_valid", 1)
+  base.check_int("data", d, "num_test", 1)
+  base.check_int("data", d, "data_seed", 0)
+  base.check_int("data", d, "max_sentences", 0)
   for name in ("batch_size", "eval_batch_size", "eval_train_examples"):
-    _int_at_least("train", t, name, 1)
+    base.check_int("train", t, name, 1)
 
 
 def _exclusion_configs(d):

@@ -370,6 +370,23 @@ def compare(a, b):
           "ci95": list(bootstrap_ci(a, b)), "n_a": len(a), "n_b": len(b)}
 
 
+def holm(p_values):
+  """Holm-Bonferroni adjusted p-values of a family of tests, in the input order: the
+  i-th smallest p becomes max over j <= i of min(1, (m - j + 1) p_(j)) (j from 1). Reject
+  at level alpha where the adjusted p <= alpha: the family-wise error rate stays <= alpha."""
+  p = np.asarray([float(x) for x in p_values], dtype=np.float64)
+  if p.size == 0:
+    return []
+  if np.any(~np.isfinite(p)) or np.any((p < 0) | (p > 1)):
+    raise ValueError(f"p-values must lie in [0, 1]; got {p.tolist()}")
+  order = np.argsort(p, kind="stable")
+  m = p.size
+  scaled = np.minimum(1.0, (m - np.arange(m)) * p[order])
+  out = np.empty(m)
+  out[order] = np.maximum.accumulate(scaled)
+  return out.tolist()
+
+
 def summary_table(summary, digits=3):
   """The per-split x group table of a summary: one row per split, one column per
   `<metric>_<group>` (or per metric, for a task without groups; mean (min, max) over

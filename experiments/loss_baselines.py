@@ -4,6 +4,7 @@ r"""Seed 001's loss designs as baselines for the E-losses (issue 13, item 6).
   python experiments/loss_baselines.py --stage=test        # the chosen setting, seeds 2-11
   python experiments/loss_baselines.py --stage=label_copy  # the chosen setting on label copy
   python experiments/loss_baselines.py --stage=table       # results/loss_baselines/table.{json,png}
+  python experiments/loss_baselines.py --stage=label_copy_grid --losses=spherical_z  # diagnostic
 
 The question: does any loss design already in use fix the copy task's hard strings the way
 E1 / E2 / E3 + warmup do? Every loss runs on the copy-task demo setting
@@ -13,8 +14,10 @@ chosen from a small grid (`GRID`, 3 values each) by mean exact match on the hard
 the **validation** split over model seeds 0 and 1 (`select`, results/loss_baselines/
 select.json). `test` trains the chosen setting of each on model seeds 2-11 (the demo's
 seeds; CE without warmup is the reference row, as in the demo) and compares hard-test EM with
-CE (difference of means, bootstrap 95% interval, exact two-sided permutation p over the 10 vs
-10 seeds). `label_copy` runs each chosen setting on `configs/label_copy.py:cpu` (KJV,
+CE without warmup and, for the losses with warmup, with CE + warmup (the loss's own effect at
+the same schedule): difference of means, bootstrap 95% interval, exact two-sided permutation p
+over the 10 vs 10 seeds, and that p Holm-adjusted over the family of comparisons with the
+same reference. `label_copy` runs each chosen setting on `configs/label_copy.py:cpu` (KJV,
 fine-tuned from the small GPT-2 of experiments/label_copy.py, 400 steps, warmup 200; model
 seeds 0-4), the same comparison on hard test examples.
 
@@ -135,29 +138,59 @@ def _row(loss, over, warm, summ, secs):
           "aggregate": {m: summ["aggregate"][m] for m in metrics}}
 
 
-def run_label_copy(out, only=None):
-  best = chosen(out)
-  results = runner.ResultsFile(os.path.join(out, "label_copy.json"))
+def lc_config(over, seeds, warm=True):
+  """configs/label_copy.py:cpu (KJV) fine-tuned from the small GPT-2 with `over`."""
   gpt2 = os.path.join("runs", "label_copy", "small_gpt2")
   if not os.path.isdir(gpt2):
     raise SystemExit(f"error: {gpt2} is missing; run `python experiments/label_copy.py "
                      f"--stage=pretrain` first")
+  o = {**over, "data.corpus": "kjv", "model.pretrained": gpt2, "train.num_steps": LC_STEPS,
+       "train.eval_every": 0, "train.checkpoint_every": LC_STEPS}
+  if warm:
+    o["optim.warmup_steps"] = LC_STEPS // 2
+  cfg = runner.fit_devices(runner.get_config("label_copy", "cpu", o))
+  cfg.seeds = tuple(seeds)
+  cfg.progress = False
+  return cfg
+
+
+def run_label_copy(out, only=None):
+  best = chosen(out)
+  results = runner.ResultsFile(os.path.join(out, "label_copy.json"))
   todo = [("ce_no_warmup", REFERENCE, False)] + [(k, v, True) for k, v in best.items()]
   for loss, over, warm in todo:
     if only and loss not in only:
       continue
-    o = {**over, "data.corpus": "kjv", "model.pretrained": gpt2, "train.num_steps": LC_STEPS,
-         "train.eval_every": 0, "train.checkpoint_every": LC_STEPS}
-    if warm:
-      o["optim.warmup_steps"] = LC_STEPS // 2
-    cfg = runner.fit_devices(runner.get_config("label_copy", "cpu", o))
-    cfg.seeds = LC_SEEDS
-    cfg.progress = False
+    cfg = lc_config(over, LC_SEEDS, warm)
     if results.get(loss, cfg) is not None:
       continue
     summ, secs = train(cfg, os.path.join(RUNS, "label_copy", point_name(over)
                                          + ("_warmup" if warm else "")))
     results.put({**_row(loss, over, warm, summ, secs), "config": runner.config_dict(cfg)})
+  return results
+
+
+def label_copy_grid(out, only=None):
+  """A diagnostic, not a selection the table uses: the copy-task grid of the given losses on
+  label copy's validation split (model seeds 0-1), to see whether a setting chosen at V = 29
+  carries over to GPT-2's V = 50,257 (results/loss_baselines/label_copy_grid.json)."""
+  if not only:
+    raise SystemExit("error: --stage=label_copy_grid needs --losses (it is a diagnostic)")
+  results = runner.ResultsFile(os.path.join(out, "label_copy_grid.json"))
+  for loss, points in GRID.items():
+    if loss not in only:
+      continue
+    for over in points:
+      cfg = lc_config(over, SELECT_SEEDS)
+      label = point_name(over)
+      if results.get(label, cfg) is not None:
+        continue
+      summ, secs = train(cfg, os.path.join(RUNS, "label_copy_grid", label))
+      results.put({
+          "label": label, "config": runner.config_dict(cfg), "loss": loss, "overrides": over,
+          "warmup_steps": LC_STEPS // 2, "seeds": list(SELECT_SEEDS), "seconds": secs,
+          "per_seed": {m: [f[m] for f in summ["per_seed"]] for m in (SELECT_METRIC,)},
+          SELECT_METRIC: summ["aggregate"][SELECT_METRIC]["mean"]})
   return results
 
 
@@ -170,11 +203,39 @@ def table(out):
     if not os.path.exists(path):
       continue
     rows = runner.ResultsFile(path).rows
-    ref = next((r for r in rows if r["label"] == "ce_no_warmup"), None)
-    for r in rows:
-      if ref is not None and r is not ref:
-        r["vs_ce"] = runner.compare(r["per_seed"][TEST_METRIC], ref["per_seed"][TEST_METRIC])
+    for key, ref_label in (("vs_ce", "ce_no_warmup"), ("vs_ce_warmup", "ce")):
+      ref = next((r for r in rows if r["label"] == ref_label), None)
+      if ref is None:
+        continue
+      # Against CE + warmup: the losses with warmup only (the loss's effect, warmup fixed).
+      others = [r for r in rows if r is not ref and (key == "vs_ce" or r["warmup"])]
+      for r in others:
+        r[key] = runner.compare(r["per_seed"][TEST_METRIC], ref["per_seed"][TEST_METRIC])
+      # Holm over the family of comparisons against the same reference.
+      for r, q in zip(others, runner.holm([r[key]["p_value"] for r in others])):
+        r[key]["p_holm"] = q
     res[part] = rows
+    # The best of seed 001's losses (highest mean hard test EM; not E1/E2/E3) against E1.
+    rows_by = {r["label"]: r for r in rows}
+    base = [r for r in rows if r["label"] not in ("ce_no_warmup", "ce", "e1", "e2", "e3")]
+    if base and "e1" in rows_by:
+      best = max(base, key=lambda r: r["aggregate"][TEST_METRIC]["mean"])
+      res[f"{part}_best_baseline_vs_e1"] = {
+          "baseline": best["label"], **runner.compare(best["per_seed"][TEST_METRIC],
+                                                      rows_by["e1"]["per_seed"][TEST_METRIC])}
+  pre = os.path.join("runs", "label_copy", "text_lm")
+  if os.path.exists(os.path.join(pre, "summary.json")):  # the small GPT-2 the label-copy runs used
+    summ = wd.read_json(os.path.join(pre, "summary.json"))
+    res["pretraining"] = {
+        "command": "python experiments/label_copy.py --stage=pretrain", "workdir": pre,
+        "train_seconds": next((r["time_s"] for r in reversed(runner.read_metrics(pre))
+                               if r.get("kind") == "train"), None),
+        **{k: summ["aggregate"][k]["mean"] for k in ("valid_ce_text", "valid_ppl_text")}}
+  grid = os.path.join(out, "label_copy_grid.json")
+  if os.path.exists(grid):  # the diagnostic: copy-task grid points on label copy's valid split
+    res["label_copy_grid"] = [{k: r[k] for k in ("label", "loss", "seeds", "per_seed",
+                                                 SELECT_METRIC)}
+                              for r in runner.ResultsFile(grid).rows]
   wd.write_json(os.path.join(out, "table.json"), res)
   text = table_text(res)
   print(text)
@@ -188,15 +249,23 @@ def table_text(res):
                       ("label_copy", "label copy (KJV, small GPT-2 fine-tuned, seeds 0-4)")):
     if part not in res:
       continue
-    lines.append(f"{title}: test EM easy / hard, mean (min, max); hard vs CE (no warmup)")
+    lines.append(f"{title}: test EM easy / hard, mean (min, max); hard EM minus CE's without "
+                 f"warmup / with warmup [bootstrap 95%], permutation p (Holm over the family)")
     for r in res[part]:
       agg = r["aggregate"]
-      cmp = r.get("vs_ce")
-      tail = (f"{cmp['diff']:+.3f} [{cmp['ci95'][0]:+.3f}, {cmp['ci95'][1]:+.3f}] "
-              f"p = {cmp['p_value']:.2g}") if cmp else "reference"
-      lines.append(f"  {r['label']:20s} {point_name(r['overrides']):34s} "
+      tails = []
+      for key, ref_label in (("vs_ce", "ce_no_warmup"), ("vs_ce_warmup", "ce")):
+        cmp = r.get(key)
+        tails.append(f"{cmp['diff']:+.3f} [{cmp['ci95'][0]:+.3f}, {cmp['ci95'][1]:+.3f}] "
+                     f"p {cmp['p_value']:.2g} ({cmp['p_holm']:.2g})" if cmp else
+                     f"{'reference' if r['label'] == ref_label else '-':38s}")
+      lines.append(f"  {r['label']:20s} {point_name(r['overrides']):28s} "
                    f"{runner.format_mean_range(agg['test_em_easy']):22s} "
-                   f"{runner.format_mean_range(agg['test_em_hard']):22s} {tail}")
+                   f"{runner.format_mean_range(agg['test_em_hard']):22s} " + " | ".join(tails))
+    c = res.get(f"{part}_best_baseline_vs_e1")
+    if c:
+      lines.append(f"  best of seed 001's losses, {c['baseline']}, minus e1: {c['diff']:+.3f} "
+                   f"[{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}] p {c['p_value']:.2g}")
   return "\n".join(lines)
 
 
@@ -229,7 +298,8 @@ def plot(res, path):
 def main(argv):
   p = argparse.ArgumentParser(description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
-  p.add_argument("--stage", required=True, choices=("select", "test", "label_copy", "table"))
+  p.add_argument("--stage", required=True,
+                 choices=("select", "test", "label_copy", "label_copy_grid", "table"))
   p.add_argument("--losses", default="", help="only these losses (comma-separated GRID keys)")
   p.add_argument("--out", default=OUT)
   a = p.parse_args(argv)
@@ -238,7 +308,8 @@ def main(argv):
   if unknown:
     raise SystemExit(f"error: unknown --losses {sorted(unknown)}; valid: {list(GRID)}")
   os.makedirs(a.out, exist_ok=True)
-  {"select": select, "test": run_test, "label_copy": run_label_copy}.get(
+  {"select": select, "test": run_test, "label_copy": run_label_copy,
+   "label_copy_grid": label_copy_grid}.get(
       a.stage, lambda out, only=None: table(out))(a.out, only)
   print(f"results: {a.out}", file=sys.stderr)
 

@@ -118,3 +118,41 @@ def test_mlm_flatness_comparisons_and_readme_rows_match_their_points():
              f"({p['trace_hutchinson_stderr']:.1f}) | {100 * pr['test_acc_mean']:.2f} "
              f"({100 * pr['test_acc_std']:.2f}) |")
       assert row in readme, row
+
+
+def test_loss_baselines_table_recomputes_from_its_runs_and_readme():
+  """results/loss_baselines: each loss's setting is the argmax of its validation grid
+  (select.json), every comparison and Holm-adjusted p recomputes from the per-seed values
+  beside it, and the README's table is the script's own text of that JSON."""
+  from el_jax import runner
+  lb = _script("loss_baselines")
+  out = os.path.join(ROOT, "results", "loss_baselines")
+  with open(os.path.join(out, "table.json")) as f:
+    res = json.load(f)
+  select = json.load(open(os.path.join(out, "select.json")))
+  for loss, over in res["chosen"].items():
+    scores = {r["label"]: r[lb.SELECT_METRIC] for r in select if r["loss"] == loss}
+    assert len(scores) == len(lb.GRID[loss])
+    assert scores[lb.point_name(over)] == max(scores.values()), loss
+  assert res["chosen"] == lb.chosen(out)
+  readme = open(os.path.join(ROOT, "README.md")).read()
+  for part in ("test", "label_copy"):
+    rows = {r["label"]: r for r in res[part]}
+    assert len(rows) == len(lb.GRID) + 1  # every loss and CE without warmup
+    for key, ref in (("vs_ce", "ce_no_warmup"), ("vs_ce_warmup", "ce")):
+      fam = [r for r in res[part] if key in r]
+      assert len(fam) == (len(lb.GRID) if key == "vs_ce" else len(lb.GRID) - 1)
+      for r in fam:
+        got = runner.compare(r["per_seed"][lb.TEST_METRIC], rows[ref]["per_seed"][lb.TEST_METRIC])
+        assert {k: r[key][k] for k in got} == got
+      assert [r[key]["p_holm"] for r in fam] == runner.holm([r[key]["p_value"] for r in fam])
+      for r in res[part]:
+        assert r["aggregate"][lb.TEST_METRIC]["mean"] == np.mean(r["per_seed"][lb.TEST_METRIC])
+    c = res[f"{part}_best_baseline_vs_e1"]
+    seed001 = [r for r in res[part] if r["label"] not in ("ce_no_warmup", "ce", "e1", "e2", "e3")]
+    assert len(seed001) == len(lb.GRID) - 4
+    best = max(seed001, key=lambda r: np.mean(r["per_seed"][lb.TEST_METRIC]))
+    got = runner.compare(best["per_seed"][lb.TEST_METRIC], rows["e1"]["per_seed"][lb.TEST_METRIC])
+    assert c == {"baseline": best["label"], **got}
+  for line in lb.table_text(res).splitlines():
+    assert line.rstrip() in readme, line

@@ -112,6 +112,34 @@ def test_aggregate_and_compare_against_numpy():
   assert c["p_value"] == pytest.approx(_exact_p([1.0, 2.0, 3.0], [0.0, 0.5]))
 
 
+def _holm_rejects(p, alpha):
+  """Holm's step-down procedure itself: walk the sorted p-values, reject while
+  p_(j) <= alpha / (m - j + 1), stop at the first that is not."""
+  rejected, m = set(), len(p)
+  for j, i in enumerate(sorted(range(m), key=lambda i: (p[i], i))):
+    if p[i] > alpha / (m - j):
+      break
+    rejected.add(i)
+  return rejected
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_holm_adjusted_p_values_reject_as_the_step_down_procedure(seed):
+  rng = np.random.default_rng(seed)
+  p = np.concatenate([rng.uniform(0, 0.05, 4), rng.uniform(0, 1, 8), [0.02, 0.02]]).tolist()
+  adj = runner.holm(p)
+  for alpha in np.linspace(0.001, 0.999, 400):  # adjusted p is capped at 1
+    assert {i for i, a in enumerate(adj) if a <= alpha} == _holm_rejects(p, alpha), alpha
+  assert all(a >= q for a, q in zip(adj, p)) and max(adj) <= 1.0
+
+
+def test_holm_known_values_and_bad_input():
+  assert runner.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+  assert runner.holm([]) == [] and runner.holm([0.3]) == [0.3]
+  with pytest.raises(ValueError, match=r"must lie in \[0, 1\]"):
+    runner.holm([0.1, 1.5])
+
+
 def test_results_file_reuses_a_row_only_for_the_same_config(tmp_path):
   cfg = runner.get_config("copy_task", "test")
   rf = runner.ResultsFile(str(tmp_path / "r.json"))

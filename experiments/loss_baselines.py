@@ -195,7 +195,8 @@ def label_copy_grid(out, only=None):
 
 
 def table(out):
-  res = {"command": "python experiments/loss_baselines.py --stage=select|test|label_copy|table",
+  res = {"command": "python experiments/loss_baselines.py --stage=select|test|label_copy|"
+                    "label_copy_grid|table",
          "select_metric": SELECT_METRIC, "grid": GRID, "warmup_steps": WARMUP,
          "chosen": chosen(out)}
   for part in ("test", "label_copy"):
@@ -224,6 +225,9 @@ def table(out):
           "baseline": best["label"], **runner.compare(best["per_seed"][TEST_METRIC],
                                                       rows_by["e1"]["per_seed"][TEST_METRIC])}
   pre = os.path.join("runs", "label_copy", "text_lm")
+  old = os.path.join(out, "table.json")
+  if os.path.exists(old) and "pretraining" in wd.read_json(old):  # kept when runs/ is gone
+    res["pretraining"] = wd.read_json(old)["pretraining"]
   if os.path.exists(os.path.join(pre, "summary.json")):  # the small GPT-2 the label-copy runs used
     summ = wd.read_json(os.path.join(pre, "summary.json"))
     res["pretraining"] = {

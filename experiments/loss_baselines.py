@@ -82,23 +82,29 @@ def train(cfg, workdir):
   return summ, round(time.time() - t0, 1)
 
 
-def select(out, only=None):
-  results = runner.ResultsFile(os.path.join(out, "select.json"))
+def _grid(out, name, make_config, warmup, only):
+  """Trains every GRID point of the losses in `only` (all if empty) with `make_config(over)`
+  on SELECT_SEEDS; one row per point in <out>/<name>.json, reused for an identical config."""
+  results = runner.ResultsFile(os.path.join(out, f"{name}.json"))
   for loss, points in GRID.items():
     if only and loss not in only:
       continue
     for over in points:
-      cfg = copy_config(over, SELECT_SEEDS)
+      cfg = make_config(over)
       label = point_name(over)
       if results.get(label, cfg) is not None:
         continue
-      summ, secs = train(cfg, os.path.join(RUNS, "select", label))
+      summ, secs = train(cfg, os.path.join(RUNS, name, label))
       results.put({
-          "label": label, "config": runner.config_dict(cfg), "loss": loss, "overrides": over, "warmup_steps": WARMUP,
-          "seeds": list(SELECT_SEEDS), "seconds": secs,
+          "label": label, "config": runner.config_dict(cfg), "loss": loss, "overrides": over,
+          "warmup_steps": warmup, "seeds": list(SELECT_SEEDS), "seconds": secs,
           "per_seed": {m: [f[m] for f in summ["per_seed"]] for m in (SELECT_METRIC,)},
           SELECT_METRIC: summ["aggregate"][SELECT_METRIC]["mean"]})
   return results
+
+
+def select(out, only=None):
+  return _grid(out, "select", lambda over: copy_config(over, SELECT_SEEDS), WARMUP, only)
 
 
 def chosen(out):
@@ -176,22 +182,8 @@ def label_copy_grid(out, only=None):
   carries over to GPT-2's V = 50,257 (results/loss_baselines/label_copy_grid.json)."""
   if not only:
     raise SystemExit("error: --stage=label_copy_grid needs --losses (it is a diagnostic)")
-  results = runner.ResultsFile(os.path.join(out, "label_copy_grid.json"))
-  for loss, points in GRID.items():
-    if loss not in only:
-      continue
-    for over in points:
-      cfg = lc_config(over, SELECT_SEEDS)
-      label = point_name(over)
-      if results.get(label, cfg) is not None:
-        continue
-      summ, secs = train(cfg, os.path.join(RUNS, "label_copy_grid", label))
-      results.put({
-          "label": label, "config": runner.config_dict(cfg), "loss": loss, "overrides": over,
-          "warmup_steps": LC_STEPS // 2, "seeds": list(SELECT_SEEDS), "seconds": secs,
-          "per_seed": {m: [f[m] for f in summ["per_seed"]] for m in (SELECT_METRIC,)},
-          SELECT_METRIC: summ["aggregate"][SELECT_METRIC]["mean"]})
-  return results
+  return _grid(out, "label_copy_grid", lambda over: lc_config(over, SELECT_SEEDS),
+               LC_STEPS // 2, only)
 
 
 def table(out):

@@ -156,11 +156,17 @@ class Attention(nnx.Module):
     if cfg.position == "rotary":
       q = rotary(q, pos_q, cfg.rotary_base)
       k = rotary(k, pos, cfg.rotary_base)
-    scores_BxHxTxT = jnp.einsum("bqhk,bshk->bhqs", q, k) / jnp.asarray(math.sqrt(cfg.head_dim), dt)
-    scores_BxHxTxT = jnp.where(mask_BxTxT[:, None], scores_BxHxTxT.astype(jnp.float32), -1e30)
-    probs = jax.nn.softmax(scores_BxHxTxT, axis=-1).astype(dt)
-    y = jnp.einsum("bhqs,bshk->bqhk", probs, v).reshape(b, q.shape[1], cfg.embed_dim)
-    return self.out(y)
+    y = self.attend(q, k, v, mask_BxTxT)
+    return self.out(y.reshape(b, q.shape[1], cfg.embed_dim))
+
+  def attend(self, q_BxQxHxK, k_BxTxHxK, v_BxTxHxK, mask_BxQxT):
+    """softmax(q k^T / sqrt(K), masked) v -> `[B, Q, H, K]` (scores and softmax in float32)."""
+    dt = self.cfg.compute_dtype
+    scores = (jnp.einsum("bqhk,bshk->bhqs", q_BxQxHxK, k_BxTxHxK)
+              / jnp.asarray(math.sqrt(self.cfg.head_dim), dt))
+    scores = jnp.where(mask_BxQxT[:, None], scores.astype(jnp.float32), -1e30)
+    probs = jax.nn.softmax(scores, axis=-1).astype(dt)
+    return jnp.einsum("bhqs,bshk->bqhk", probs, v_BxTxHxK)
 
 
 class MLP(nnx.Module):

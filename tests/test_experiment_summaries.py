@@ -146,8 +146,8 @@ def test_loss_baselines_table_recomputes_from_its_runs_and_readme():
         got = runner.compare(r["per_seed"][lb.TEST_METRIC], rows[ref]["per_seed"][lb.TEST_METRIC])
         assert {k: r[key][k] for k in got} == got
       assert [r[key]["p_holm"] for r in fam] == runner.holm([r[key]["p_value"] for r in fam])
-      for r in res[part]:
-        assert r["aggregate"][lb.TEST_METRIC]["mean"] == np.mean(r["per_seed"][lb.TEST_METRIC])
+    for r in res[part]:
+      assert r["aggregate"][lb.TEST_METRIC]["mean"] == np.mean(r["per_seed"][lb.TEST_METRIC])
     c = res[f"{part}_best_baseline_vs_e1"]
     seed001 = [r for r in res[part] if r["label"] not in ("ce_no_warmup", "ce", "e1", "e2", "e3")]
     assert len(seed001) == len(lb.GRID) - 4

@@ -24,6 +24,7 @@ replicated and the batch sharded over the `data` axis of a device mesh.
 import functools
 import json
 import os
+import re
 import sys
 import time
 
@@ -41,6 +42,7 @@ from el_jax import losses
 from el_jax import optim
 from el_jax import runner
 from el_jax import progress
+from el_jax import quiet
 from el_jax import tasks
 from el_jax import workdir as wd
 from el_jax.models import decoder
@@ -412,96 +414,22 @@ def restore_latest(mngr, abstract_state, state_sharding, data_it=None):
     return None
   target = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
                         abstract_state, state_sharding)
-  with _quiet_async_noise():
-    try:
+  path = os.path.join(str(mngr.directory), str(step))
+  try:
+    with quiet.abandoned_reads(path):
       return _restored_state(mngr.restore(step, args=_restore_args(target, data_it)), data_it)
-    except Exception as e:  # orbax raises many types for damaged files
-      err = e
-      _silence_abandoned_reads(os.path.join(str(mngr.directory), str(step)))
-  detail = (str(err).splitlines()[0] if str(err) else "").split(" See full TensorStore")[0]
+  except Exception as e:  # orbax raises many types for damaged files
+    err = e
+  # The first line of the cause, without the TensorStore spec (thousands of characters).
+  detail = re.split(r" See full TensorStore| \[tensorstore_spec", str(err).strip() + "\n")[0]
+  detail = detail.splitlines()[0] if detail.strip() else ""
   others = [x for x in mngr.all_steps() if x != step]
   fallback = (f"move it away to resume from the checkpoint of step {max(others)}"
               if others else "move it away to start this seed afresh")
   raise RuntimeError(
-      f"checkpoint {mngr.directory}/{step} could not be restored ({type(err).__name__}: "
+      f"checkpoint {path} could not be restored ({type(err).__name__}: "
       f"{detail}). It is corrupt or from a different config; {fallback} (nothing was "
       f"deleted)") from None
-
-
-_NOISE = ("Traceback (most recent call last):", "File \"", "self._check_closed()",
-          "raise RuntimeError('Event loop is closed')", "RuntimeError: Event loop is closed")
-
-
-class _quiet_async_noise:
-  """Drops the tracebacks "RuntimeError: Event loop is closed" that tensorstore's reader
-  threads print when a damaged checkpoint makes orbax abandon a restore (the other
-  reads finish after orbax closed its event loop); everything else written to
-  stderr meanwhile is passed on. After a failure it waits until the threads are quiet.
-  """
-
-  def __enter__(self):
-    import io
-    self.old, self.buf = sys.stderr, io.StringIO()
-    sys.stderr = self.buf
-    return self
-
-  def __exit__(self, *exc):
-    try:
-      if self.buf.tell() or exc[0] is not None:
-        _settle(self.buf)
-    finally:
-      sys.stderr = self.old
-    keep = [line for line in self.buf.getvalue().splitlines()
-            if line.strip() and not line.strip().startswith(_NOISE)]
-    if keep:
-      print("\n".join(keep), file=sys.stderr)
-    return False
-
-
-_ABANDONED = ("Encountered error while reading array index", "Event loop is closed",
-              "_read_array_index_and_device_put", "async_deserialize")
-
-
-def _silence_abandoned_reads(path):
-  """After orbax gave up a restore, its other reads of the damaged checkpoint `path` fail
-  later in the background: each prints a long TensorStore spec ("Exception ignored in
-  <coroutine _read_array_index_and_device_put>", "Task exception was never
-  retrieved" with the traceback of `async_deserialize`), hundreds of lines at exit. The
-  one error that matters has been raised; this drops those repeats (only reports that
-  name the abandoned reads or the damaged checkpoint) for the rest of the process."""
-  import gc
-  import logging
-  import warnings
-
-  keys = _ABANDONED + (path,)
-  if getattr(sys.unraisablehook, "_el_jax", False):
-    return
-  previous = sys.unraisablehook
-
-  def hook(unraisable):
-    text = f"{unraisable.exc_value!r} {unraisable.object!r}"
-    if not any(k in text for k in keys):
-      previous(unraisable)
-
-  hook._el_jax = True
-  sys.unraisablehook = hook
-
-  class _Drop(logging.Filter):
-    def filter(self, record):
-      text = record.getMessage() + repr(getattr(record, "exc_info", ""))
-      return not any(k in text for k in keys)
-
-  logging.getLogger("asyncio").addFilter(_Drop())
-  warnings.filterwarnings("ignore", message="coroutine '_read_array_index_and_device_put'")
-  gc.collect()
-
-
-def _settle(buf, quiet_s=0.3, max_s=3.0):
-  """Waits until nothing was written to `buf` for `quiet_s` seconds (at most `max_s`)."""
-  t_end, size = time.time() + max_s, -1
-  while time.time() < t_end and buf.tell() != size:
-    size = buf.tell()
-    time.sleep(quiet_s)
 
 
 def checkpoint_steps(workdir, seed):
@@ -542,7 +470,7 @@ def load_params_from(workdir, seed, abstract_params, sharding, step=None):
   mngr = ocp.CheckpointManager(os.path.abspath(os.path.join(workdir, f"seed_{seed}", "checkpoints")),
                                item_handlers=ocp.StandardCheckpointHandler())
   try:
-    with _quiet_async_noise():
+    with quiet.abandoned_reads(os.path.join(str(mngr.directory), str(step))):
       here = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
       target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=here),
                             mngr.item_metadata(step))

@@ -126,9 +126,11 @@ def test_damaged_checkpoint_is_one_line_without_a_flood(tmp_path):
           f.truncate(10)
   before = rel.snapshot(workdir)
   proc = rel.run(COPY, f"--workdir={workdir}", "--config.train.num_steps=12")
-  rel.assert_one_line_error(proc, rf"checkpoint {ckpt} could not be restored .*move it away "
-                                  r"to resume from the checkpoint of step 4 \(nothing was deleted\)")
+  line = rel.assert_one_line_error(
+      proc, rf"checkpoint {ckpt} could not be restored .*move it away "
+            r"to resume from the checkpoint of step 4 \(nothing was deleted\)")
   assert len(proc.stderr.splitlines()) <= 3, proc.stderr
+  assert "tensorstore_spec" not in line and len(line) < 800, line  # the cause, not its spec
   after = rel.snapshot(workdir)
   # config.json records the latest invocation (here without train.stop_at_step); the
   # checkpoints, metrics and everything else are untouched.

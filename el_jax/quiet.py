@@ -103,8 +103,11 @@ class ReportFilter:
     self.stream.flush()
 
   def close_out(self):
-    """Passes on whatever is held (an unfinished block only if it names none of the keys)."""
+    """Passes on whatever is held (an unfinished block only if it names none of the keys).
+    Nothing to do if the stream was closed meanwhile (at exit, a test's captured stderr)."""
     with self._lock:
+      if getattr(self.stream, "closed", False):
+        return
       if self._block is not None:
         self._block.append(self._partial)
         self._end_block()

@@ -61,8 +61,9 @@ def _serve(info, run):
     print(TAG + json.dumps({"sec": run(int(cmd[1]))}), flush=True)
 
 
-def el_jax_worker(config_args, warmup, all_positions, cpu_dots):
+def el_jax_worker(config_args, warmup, all_positions, cpu_dots, cpu_devices=1):
   import jax
+  jax.config.update("jax_num_cpu_devices", cpu_devices)
   from el_jax import bench, cli
   from el_jax.models import decoder
   config, _ = cli.parse(["bench_vs_torch"] + config_args, require_workdir=False)
@@ -70,11 +71,13 @@ def el_jax_worker(config_args, warmup, all_positions, cpu_dots):
   t0 = time.perf_counter()
   runner = bench.StepRunner(config, warmup, score_all_positions=all_positions)
   m = runner.setup.model_cfg
-  info = {"side": _side(cpu_dots, all_positions), "jax": jax.__version__,
+  info = {"side": _side(cpu_dots, all_positions, cpu_devices), "jax": jax.__version__,
           "device": str(jax.devices()[0]), "cpu_dots": cpu_dots,
+          "num_devices": runner.setup.mesh.devices.size,
           "num_params": decoder.num_params(runner.state["params"]),
           "tokens_per_step": runner.tokens, "setup_s": time.perf_counter() - t0,
-          "flops_per_step": runner.flops(),
+          # XLA counts the FLOPs of one device's program: times the devices for the step.
+          "flops_per_step": runner.flops() * runner.setup.mesh.devices.size,
           "matmul_peak_flops": bench.matmul_peak(),
           "xla_flags": os.environ.get("XLA_FLAGS", ""),
           "shape": {"num_layers": m.num_layers, "embed_dim": m.embed_dim,
@@ -84,8 +87,9 @@ def el_jax_worker(config_args, warmup, all_positions, cpu_dots):
   _serve(info, runner)
 
 
-def _side(cpu_dots, all_positions):
+def _side(cpu_dots, all_positions, cpu_devices=1):
   return "el_jax" + ("" if cpu_dots == "xla" else f"_{cpu_dots}") + (
+      f"_{cpu_devices}dev" if cpu_devices > 1 else "") + (
       "_all_positions" if all_positions else "")
 
 
@@ -210,6 +214,9 @@ def main(argv=None):
   p.add_argument("--all_positions", action="store_true", help=argparse.SUPPRESS)
   p.add_argument("--cpu_dots", default="xla,eigen",
                  help="el_jax sides: train.cpu_dots values timed (comma-separated)")
+  p.add_argument("--cpu_devices", default="1",
+                 help="el_jax sides: numbers of host CPU devices (jax_num_cpu_devices) the "
+                      "batch is sharded over, data-parallel (comma-separated)")
   p.add_argument("--steps", type=int, default=20, help="steps per timed window")
   p.add_argument("--rounds", type=int, default=7, help="alternating rounds (medians reported)")
   p.add_argument("--warmup", type=int, default=5, help="untimed steps after setup")
@@ -223,7 +230,8 @@ def main(argv=None):
   config_args = config_args or DEFAULT_CONFIG
   dots = [d for d in args.cpu_dots.split(",") if d]
   if args.worker == "el_jax":
-    return el_jax_worker(config_args, args.warmup, args.all_positions, dots[0])
+    return el_jax_worker(config_args, args.warmup, args.all_positions, dots[0],
+                         int(args.cpu_devices))
   if args.worker == "torch":
     s = json.loads(args.shape)
     return torch_worker(s, args.attn, args.warmup, s["lr"], s["clip"], int(args.threads))
@@ -245,12 +253,16 @@ def main(argv=None):
           file=sys.stderr)
   shape.update(lr=float(config.optim.lr), clip=float(config.optim.grad_clip or 1e30))
   workers = {jax_w.info["side"]: jax_w}
-  for d in dots:
-    for allpos in ((False, True) if args.all_positions_too else (False,)):
-      if _side(d, allpos) not in workers:
-        workers[_side(d, allpos)] = Worker(
-            [sys.executable, me, "--worker=el_jax", f"--cpu_dots={d}", *common, *config_args]
-            + (["--all_positions"] if allpos else []))
+  ndevs = [int(n) for n in args.cpu_devices.split(",") if n]
+  if not ndevs or min(ndevs) < 1:
+    raise SystemExit(f"error: --cpu_devices={args.cpu_devices!r}: give positive integers")
+  for n in ndevs:
+    for d in dots:
+      for allpos in ((False, True) if args.all_positions_too else (False,)):
+        if _side(d, allpos, n) not in workers:
+          workers[_side(d, allpos, n)] = Worker(
+              [sys.executable, me, "--worker=el_jax", f"--cpu_dots={d}", f"--cpu_devices={n}",
+               *common, *config_args] + (["--all_positions"] if allpos else []))
   threads = [int(n) for n in args.threads.split(",") if n]
   for n in threads:
     for impl in [s for s in args.impls.split(",") if s]:

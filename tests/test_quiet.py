@@ -150,3 +150,11 @@ def test_successful_restore_leaves_stderr_as_it_was(monkeypatch):
   with quiet.abandoned_reads(PATH):
     print("a warning from orbax", file=sys.stderr)
   assert sys.stderr is real and real.getvalue() == "a warning from orbax\n"
+
+
+def test_close_out_at_exit_with_the_stream_closed_is_silent():
+  out = io.StringIO()
+  f = quiet.ReportFilter(out, quiet.ABANDONED)
+  f.write("\nTrace")
+  out.close()
+  f.close_out()  # no "I/O operation on closed file" from the atexit hook

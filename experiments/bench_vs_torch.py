@@ -61,11 +61,12 @@ def _serve(info, run):
     print(TAG + json.dumps({"sec": run(int(cmd[1]))}), flush=True)
 
 
-def el_jax_worker(config_args, warmup, all_positions, cpu_dots, cpu_devices=1):
+def el_jax_worker(config_args, warmup, all_positions, cpu_dots, cpu_devices=1, extra_dots=None):
   import jax
   jax.config.update("jax_num_cpu_devices", cpu_devices)
-  from el_jax import bench, cli
+  from el_jax import bench, cli, train
   from el_jax.models import decoder
+  train.CPU_DOTS.update(extra_dots or {})
   config, _ = cli.parse(["bench_vs_torch"] + config_args, require_workdir=False)
   config.train.cpu_dots = cpu_dots
   t0 = time.perf_counter()
@@ -214,6 +215,10 @@ def main(argv=None):
   p.add_argument("--all_positions", action="store_true", help=argparse.SUPPRESS)
   p.add_argument("--cpu_dots", default="xla,eigen",
                  help="el_jax sides: train.cpu_dots values timed (comma-separated)")
+  p.add_argument("--extra_cpu_dots", default="{}",
+                 help='JSON {"name": {XLA debug option: value}}: more compiler-option sets '
+                      'for the el_jax sides, timed when named in --cpu_dots (A/B of XLA '
+                      'options without editing train.CPU_DOTS)')
   p.add_argument("--cpu_devices", default="1",
                  help="el_jax sides: numbers of host CPU devices (jax_num_cpu_devices) the "
                       "batch is sharded over, data-parallel (comma-separated)")
@@ -229,20 +234,27 @@ def main(argv=None):
   args, config_args = p.parse_known_args(argv)
   config_args = config_args or DEFAULT_CONFIG
   dots = [d for d in args.cpu_dots.split(",") if d]
+  try:
+    extra = json.loads(args.extra_cpu_dots)
+    assert isinstance(extra, dict) and all(isinstance(v, dict) for v in extra.values())
+  except (ValueError, AssertionError):
+    raise SystemExit(f"error: --extra_cpu_dots={args.extra_cpu_dots!r} must be a JSON object "
+                     "of objects, e.g. '{\"vec512\": {\"xla_cpu_prefer_vector_width\": 512}}'")
   if args.worker == "el_jax":
     return el_jax_worker(config_args, args.warmup, args.all_positions, dots[0],
-                         int(args.cpu_devices))
+                         int(args.cpu_devices), extra)
   if args.worker == "torch":
     s = json.loads(args.shape)
     return torch_worker(s, args.attn, args.warmup, s["lr"], s["clip"], int(args.threads))
 
   ensure_torch_venv()
   me = os.path.abspath(__file__)
-  common = [f"--warmup={args.warmup}"]
+  common = [f"--warmup={args.warmup}", f"--extra_cpu_dots={args.extra_cpu_dots}"]
   from el_jax import train
-  bad = [d for d in dots if d not in train.CPU_DOTS]
+  bad = [d for d in dots if d not in train.CPU_DOTS and d not in extra]
   if not dots or bad:
-    raise SystemExit(f"error: --cpu_dots={args.cpu_dots!r}: give some of {list(train.CPU_DOTS)}")
+    raise SystemExit(f"error: --cpu_dots={args.cpu_dots!r}: give some of "
+                     f"{list(train.CPU_DOTS) + list(extra)}")
   jax_w = Worker([sys.executable, me, "--worker=el_jax", f"--cpu_dots={dots[0]}", *common,
                   *config_args])
   shape = dict(jax_w.info["shape"])

@@ -41,7 +41,7 @@ the comparison at equal pre-training loss when the final losses differ.
 Writes <out>/table.json and table.png (the paper's numbers beside ours).
 """
 import argparse
-import importlib.util
+import dataclasses
 import json
 import os
 import sys
@@ -50,6 +50,7 @@ import time
 import numpy as np
 
 from el_jax import cli
+from el_jax import mlm_measure
 from el_jax import runner
 from el_jax import workdir as wd
 
@@ -73,15 +74,6 @@ SIZES = {  # per --size: (probe valid, probe test, flat inputs, flat reps, fishe
 }
 
 
-def _mlm_flatness():
-  """experiments/mlm_flatness.py (its `Measurer` measures Tr(H) as Figures 1-5 do)."""
-  path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mlm_flatness.py")
-  spec = importlib.util.spec_from_file_location("mlm_flatness", path)
-  mod = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(mod)
-  return mod
-
-
 # The `test` variant evaluates only at its last step: twice as many steps leave room for a pilot.
 OVERRIDES = {"paper": {}, "cpu": {}, "test": {"train.num_steps": 60}}
 
@@ -97,11 +89,7 @@ def configs(args, weight=None):
 
 
 def eval_row(workdir, step):
-  rows = [r for r in runner.read_metrics(workdir)
-          if r.get("kind") == "eval" and r.get("seed") == 0 and r.get("step") == step]
-  if not rows:
-    raise ValueError(f"{workdir} has no eval row at step {step}")
-  return {k: rows[-1][k] for k in EVAL_KEYS if k in rows[-1]}
+  return mlm_measure.eval_row(workdir, 0, step, EVAL_KEYS)
 
 
 def adv_dir(args, weight):
@@ -206,15 +194,14 @@ def probe_all(data, feats_fn, args):
 def measure(args, normal_cfg, adv_cfg, normal_dir, chosen_dir):
   from el_jax import probe
   from el_jax.data import downstream
-  mf = _mlm_flatness()
   a = adv_cfg.adversarial
   pv, pt, fi, fr, fs, hp, ep = SIZES[args.size]
-  margs = argparse.Namespace(
+  settings = mlm_measure.Settings(
       tasks="A,B", probe_train=int(a.num_train), probe_valid=pv, probe_test=pt,
       probe_data_seed=int(a.data_seed), flat_inputs=fi, flat_reps=fr, fisher_samples=fs,
       chunk=args.chunk, hutchinson_probes=hp, probe_epochs=ep)
   args.probe_epochs = ep
-  m = mf.Measurer(normal_cfg, margs, "pcfg")
+  m = mlm_measure.Measurer(normal_cfg, settings, "pcfg")
   # The probe of the adversary's task trains on the set the adversary drew D1 / D2 from.
   own = m.tasks[a.task].train
   check = downstream.pcfg_task(m.task.language, a.task, num_train=int(a.num_train), num_valid=1,
@@ -271,7 +258,7 @@ def measure(args, normal_cfg, adv_cfg, normal_dir, chosen_dir):
     c["valid_mlm_loss_diff"] = adv["valid_mlm_loss"] - ref["valid_mlm_loss"]
     c["valid_kl_diff"] = adv["valid_kl"] - ref["valid_kl"]
     comparisons[f"adversarial_vs_{base}"] = c
-  return models, comparisons, margs
+  return models, comparisons, settings
 
 
 # ----------------------------------------------------------------------------
@@ -371,14 +358,14 @@ def main(argv=None):
   chosen_dir = adv_dir(args, pil["chosen_weight"])
   runner.run_or_reuse(adv_cfg, chosen_dir)
   t_train = time.time() - t0
-  models, comparisons, margs = measure(args, normal_cfg, adv_cfg, normal_dir, chosen_dir)
+  models, comparisons, settings = measure(args, normal_cfg, adv_cfg, normal_dir, chosen_dir)
   models["adversarial"]["training"] = adversary_curve(chosen_dir, n)
   models["adamw"]["training"] = adversary_curve(normal_dir, n)
   result = {
       "size": args.size, "models": models, "comparisons": comparisons, "pilot": pil,
       "adversarial": adv_cfg.adversarial.to_dict(), "paper": PAPER,
       "config_adamw": runner.config_dict(normal_cfg), "config_adversarial":
-      runner.config_dict(adv_cfg), "measurement": vars(margs),
+      runner.config_dict(adv_cfg), "measurement": dataclasses.asdict(settings),
       "command": "python experiments/adversarial_pretraining.py " + " ".join(
           sys.argv[1:] if argv is None else argv),
       "wall_s": {"total": round(time.time() - t0, 1), "training": round(t_train, 1),

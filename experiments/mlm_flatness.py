@@ -47,10 +47,10 @@ import os
 import sys
 import time
 
-import jax
 import numpy as np
 
 from el_jax import cli
+from el_jax import mlm_measure
 from el_jax import runner
 from el_jax import workdir as wd
 
@@ -73,101 +73,23 @@ def parse_size(s):
 
 
 # ----------------------------------------------------------------------------
-# Measurements on a checkpoint
-
-
-class Measurer:
-  """Loads checkpoints of one config and measures Tr(H) and probe accuracy."""
-
-  def __init__(self, cfg, args, language):
-    from el_jax import train
-    from el_jax.data import downstream
-    self.cfg, self.args = cfg, args
-    self.setup = train.Setup(cfg)
-    self.trainer = train.Trainer(self.setup)
-    self.task = self.setup.task
-    self.loss_fn, self.logits_fn = train.ce_objectives(self.trainer.graphdef)
-    corpus = self.task.corpus
-    lang = self.task.language if hasattr(self.task, "language") else None
-    if lang is None:
-      from el_jax.data import mlm_data
-      lang = mlm_data.language(cfg.data)
-    self.tasks = {}
-    for name in args.tasks.split(","):
-      kw = dict(num_train=args.probe_train, num_valid=args.probe_valid, num_test=args.probe_test,
-                seed=args.probe_data_seed)
-      if language == "pcfg":
-        self.tasks[name] = downstream.pcfg_task(lang, name, seq_len=corpus.max_len, **kw)
-      else:
-        self.tasks[name] = downstream.hmm_task(lang, int(name), length=corpus.max_len, **kw)
-    # B.1 inputs: valid sentences with their fixed masks, one disjoint group per repetition.
-    v = corpus.valid
-    n = args.flat_inputs
-    if n * args.flat_reps > len(v):
-      raise ValueError(f"--flat_inputs={n} x --flat_reps={args.flat_reps} exceeds the "
-                       f"{len(v)} valid sentences")
-    self.flat_batches = [v.subset(np.arange(r * n, (r + 1) * n)).masked_batch(corpus.mask_id)
-                         for r in range(args.flat_reps)]
-
-  def params(self, workdir, step, seed):
-    from el_jax import train
-    return train.restore_params(self.trainer, workdir, seed, step)
-
-  def flatness(self, params, step):
-    from el_jax import flatness
-    args = self.args
-    fisher = []
-    for r, b in enumerate(self.flat_batches):
-      res = flatness.fisher_trace(self.logits_fn, params, b, key=jax.random.key(1000 + r),
-                                  num_samples=args.fisher_samples, probe="labels",
-                                  chunk_size=args.chunk, validate=r == 0)
-      fisher.append(res.estimate)
-    hutch = flatness.hessian_trace_over_batches(
-        self.loss_fn, params, self.flat_batches, key=jax.random.key(7),
-        num_probes=args.hutchinson_probes, chunk_size=2)
-    return {"trace_b1": float(np.mean(fisher)), "trace_b1_std": float(np.std(fisher, ddof=1)),
-            "trace_b1_reps": fisher, "trace_hutchinson": hutch.estimate,
-            "trace_hutchinson_stderr": hutch.stderr}
-
-  def probes(self, graphdef, params):
-    from el_jax import probe
-    out = {}
-    for name, ds in self.tasks.items():
-      feats = {s: probe.encode(graphdef, params, ds.split(s).tokens, ds.split(s).segment_ids)
-               for s in ("train", "valid", "test")}
-      r = probe.linear_probe(feats["train"], ds.train.labels, feats["valid"], ds.valid.labels,
-                             feats["test"], ds.test.labels, ds.num_classes,
-                             epochs=self.args.probe_epochs)
-      out[name] = {k: r[k] for k in ("test_acc", "valid_acc", "epoch", "test_acc_mean",
-                                     "test_acc_std", "valid_acc_mean")}
-    return out
-
-
-def eval_row(workdir, seed, step):
-  rows = [r for r in runner.read_metrics(workdir)
-          if r.get("kind") == "eval" and r.get("seed") == seed and r.get("step") == step]
-  if not rows:
-    raise ValueError(f"{workdir} has no eval row at step {step}: set train.eval_every to a "
-                     f"divisor of train.checkpoint_every")
-  r = rows[-1]
-  return {k: r[k] for k in ("valid_mlm_loss", "valid_gap", "valid_kl", "test_mlm_loss",
-                            "test_gap", "train_mlm_loss") if k in r}
-
-
-# ----------------------------------------------------------------------------
 # Figure 1 / 3: keep training after convergence
+
+
+def _measurer(cfg, args, language):
+  return mlm_measure.Measurer(cfg, mlm_measure.Settings.from_args(args), language)
 
 
 def pilot_lr(base_dir, base_steps, language, args):
   """The largest SGD lr of --sgd_lrs whose valid loss after --pilot_steps stays within
   --pilot_tol of the converged run's (chosen on valid, before the long run)."""
-  start = eval_row(base_dir, 0, base_steps)["valid_mlm_loss"]
+  start = mlm_measure.eval_row(base_dir, 0, base_steps)["valid_mlm_loss"]
   chosen, trials = None, {}
   for lr in sorted(float(x) for x in args.sgd_lrs.split(",")):
     cfg = sgd_config(language, args, base_dir, lr, args.pilot_steps, args.pilot_steps)
     d = os.path.join(args.runs, f"{language}_pilot_lr{lr:g}")
     runner.run_or_reuse(cfg, d)
-    end = eval_row(d, 0, args.pilot_steps)["valid_mlm_loss"]
+    end = mlm_measure.eval_row(d, 0, args.pilot_steps)["valid_mlm_loss"]
     trials[f"{lr:g}"] = {"valid_mlm_loss": end, "change": end - start}
     if end - start <= args.pilot_tol:
       chosen = lr
@@ -195,7 +117,7 @@ def figure_training(language, args):
   cfg = sgd_config(language, args, base_dir, lr, args.sgd_steps, args.every)
   sgd_dir = os.path.join(args.runs, f"{language}_sgd")
   runner.run_or_reuse(cfg, sgd_dir)
-  m = Measurer(cfg, args, language)
+  m = _measurer(cfg, args, language)
   points = []
   from el_jax import train
   every = args.measure_every or args.every
@@ -204,8 +126,8 @@ def figure_training(language, args):
   entries = [(base_dir, base_steps, 0)] + [(sgd_dir, s, s) for s in steps]
   for d, ck, sgd_step in entries:
     params = m.params(d, ck, 0)
-    row = {"sgd_step": sgd_step, **eval_row(d, 0, ck), **m.flatness(params, ck),
-           "probe": m.probes(m.trainer.graphdef, params)}
+    row = {"sgd_step": sgd_step, **mlm_measure.eval_row(d, 0, ck),
+           **m.flatness(params, ck), "probe": m.probes(m.trainer.graphdef, params)}
     points.append(row)
     print(f"{language} SGD step {sgd_step}: valid loss {row['valid_mlm_loss']:.4f} "
           f"Tr(H) B.1 {row['trace_b1']:.3f} +- {row['trace_b1_std']:.3f} "
@@ -266,14 +188,14 @@ def figure_size(language, args, embedded=False):
     # are multiples of every size's (the paper's Table 4 takes the least common multiple).
     big_cfg = runner.get_config(f"{language}_mlm", args.size,
                                 {**parse_size(args.embed_into), "seeds": (0,)})
-  big = Measurer(big_cfg, args, language) if embedded else None
+  big = _measurer(big_cfg, args, language) if embedded else None
   points = []
   for s, (cfg, d) in runs.items():
-    m = Measurer(cfg, args, language)
+    m = _measurer(cfg, args, language)
     step = cfg.train.num_steps
     params = m.params(d, step, 0)
-    row = {"size": s, "num_params": decoder.num_params(params), **eval_row(d, 0, step),
-           "probe": m.probes(m.trainer.graphdef, params)}
+    row = {"size": s, "num_params": decoder.num_params(params),
+           **mlm_measure.eval_row(d, 0, step), "probe": m.probes(m.trainer.graphdef, params)}
     if embedded:
       cfg_big = big.setup.model_cfg
       gcfg, gparams = growth.grow(m.setup.model_cfg, params, cfg_big)

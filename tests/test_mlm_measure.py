@@ -1,0 +1,54 @@
+"""el_jax.mlm_measure: the checkpoint measurements shared by experiments/mlm_flatness.py and
+experiments/adversarial_pretraining.py (their numbers are the scripts' own: the code moved
+unchanged; this checks its inputs and its errors)."""
+import argparse
+import json
+
+import numpy as np
+import pytest
+
+from el_jax import mlm_measure
+from el_jax import runner
+
+SMALL = dict(tasks="C", probe_train=16, probe_valid=8, probe_test=8, probe_epochs=1)
+
+
+def test_settings_from_args_takes_its_fields_and_needs_them_all():
+  args = argparse.Namespace(**SMALL, probe_data_seed=3, flat_inputs=4, flat_reps=2,
+                            fisher_samples=5, hutchinson_probes=6, chunk=1, figure="size")
+  s = mlm_measure.Settings.from_args(args)
+  assert (s.tasks, s.probe_data_seed, s.flat_inputs, s.fisher_samples, s.chunk) == \
+      ("C", 3, 4, 5, 1)
+  with pytest.raises(AttributeError, match="probe_data_seed"):
+    mlm_measure.Settings.from_args(argparse.Namespace(**SMALL))
+
+
+def test_flat_batches_are_disjoint_groups_of_valid_sentences_at_their_fixed_masks():
+  cfg = runner.get_config("pcfg_mlm", "test", {"seeds": (0,)})
+  m = mlm_measure.Measurer(cfg, mlm_measure.Settings(**SMALL, flat_inputs=4, flat_reps=2), "pcfg")
+  v, mask_id = m.task.corpus.valid, m.task.corpus.mask_id
+  assert len(m.flat_batches) == 2
+  for r, b in enumerate(m.flat_batches):
+    rows = np.arange(4 * r, 4 * r + 4)
+    np.testing.assert_array_equal(b["targets"], v.tokens[rows])
+    want = np.zeros(b["targets"].shape, np.float32)
+    want[np.arange(4), v.mask_pos[rows]] = 1.0
+    np.testing.assert_array_equal(b["loss_mask"], want)  # one scored position: the fixed mask
+    np.testing.assert_array_equal(b["inputs"][np.arange(4), v.mask_pos[rows]], mask_id)
+  assert set(m.tasks) == {"C"} and len(m.tasks["C"].train.labels) == 16
+  with pytest.raises(ValueError, match=r"flat_inputs=\d+ x flat_reps=2 exceeds the \d+ valid"):
+    mlm_measure.Measurer(cfg, mlm_measure.Settings(**SMALL, flat_inputs=10**6, flat_reps=2),
+                         "pcfg")
+
+
+def test_eval_row_reads_the_last_eval_row_of_the_seed_and_step(tmp_path):
+  rows = [{"kind": "eval", "seed": 0, "step": 10, "valid_mlm_loss": 3.0, "other": 1},
+          {"kind": "train", "seed": 0, "step": 10, "valid_mlm_loss": 9.0},
+          {"kind": "eval", "seed": 1, "step": 10, "valid_mlm_loss": 8.0},
+          {"kind": "eval", "seed": 0, "step": 10, "valid_mlm_loss": 2.5, "test_gap": 0.1}]
+  (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+  assert mlm_measure.eval_row(str(tmp_path), 0, 10) == {"valid_mlm_loss": 2.5, "test_gap": 0.1}
+  assert mlm_measure.eval_row(str(tmp_path), 1, 10, ("valid_mlm_loss",)) == \
+      {"valid_mlm_loss": 8.0}
+  with pytest.raises(ValueError, match="no eval row at step 20.*train.eval_every"):
+    mlm_measure.eval_row(str(tmp_path), 0, 20)

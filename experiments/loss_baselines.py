@@ -10,7 +10,8 @@ The question: does any loss design already in use fix the copy task's hard strin
 E1 / E2 / E3 + warmup do? Every loss runs on the copy-task demo setting
 (`configs/copy_task.py:cpu`: L_c = 1, L_p = 50, 2 x 128 GPT-NeoX, 1500 steps) with the
 demo's warmup (750 steps, chosen there on validation for E1) and its own hyperparameter
-chosen from a small grid (`GRID`, 3 values each) by mean exact match on the hard strings of
+chosen from a small grid (`GRID`: 3 values each, then one more value beyond each end that
+the 3-value grid chose, both ends for GCE's tie) by mean exact match on the hard strings of
 the **validation** split over model seeds 0 and 1 (`select`, results/loss_baselines/
 select.json). `test` trains the chosen setting of each on model seeds 2-11 (the demo's
 seeds; CE without warmup is the reference row, as in the demo) and compares hard-test EM with
@@ -46,19 +47,19 @@ TEST_METRIC = "test_em_hard"
 # {loss: [overrides of each grid point]}; every point also gets the warmup.
 GRID = {
     "ce": [{"loss.name": "ce"}],
-    "label_smoothing": [{"loss.name": "label_smoothing", "loss.eps": e} for e in (0.05, 0.1, 0.2)],
-    "z_loss": [{"loss.name": "z_loss", "loss.coef": c} for c in (1e-4, 1e-3, 1e-2)],
-    "spherical_z": [{"loss.name": "spherical_z", "loss.a": 1.0, "loss.b": b} for b in (1.0, 3.0, 5.0)],
+    "label_smoothing": [{"loss.name": "label_smoothing", "loss.eps": e} for e in (0.05, 0.1, 0.2, 0.3)],
+    "z_loss": [{"loss.name": "z_loss", "loss.coef": c} for c in (1e-4, 1e-3, 1e-2, 1e-1)],
+    "spherical_z": [{"loss.name": "spherical_z", "loss.a": 1.0, "loss.b": b} for b in (0.3, 1.0, 3.0, 5.0)],
     "focal": [{"loss.name": "focal", "loss.gamma": g} for g in (0.5, 1.0, 2.0)],
-    "dice": [{"loss.name": "dice", "loss.alpha": a, "loss.gamma": 1.0} for a in (0.0, 1.0, 2.0)],
-    "gce": [{"loss.name": "gce", "loss.q": q} for q in (0.3, 0.5, 0.7)],
+    "dice": [{"loss.name": "dice", "loss.alpha": a, "loss.gamma": 1.0} for a in (0.0, 1.0, 2.0, 4.0)],
+    "gce": [{"loss.name": "gce", "loss.q": q} for q in (0.1, 0.3, 0.5, 0.7, 0.9)],
     "spectral_decoupling": [{"loss.name": "spectral_decoupling", "loss.lam": l}
-                            for l in (1e-3, 1e-2, 1e-1)],
+                            for l in (1e-3, 1e-2, 1e-1, 1.0)],
     "reweight": [{"loss.name": "ce", "loss.reduction": "reweight", "loss.reweight_strategy": s}
                  for s in ("linupper", "quadratic", "extremes")],
     "e1": [{"loss.name": "e1", "loss.lam": l} for l in (0.5, 1.0, 2.0)],
-    "e2": [{"loss.name": "e2", "loss.lam": l} for l in (0.5, 1.0, 2.0)],
-    "e3": [{"loss.name": "e3", "loss.b": b} for b in (1.0, 3.0, 10.0)],
+    "e2": [{"loss.name": "e2", "loss.lam": l} for l in (0.5, 1.0, 2.0, 4.0)],
+    "e3": [{"loss.name": "e3", "loss.b": b} for b in (0.3, 1.0, 3.0, 10.0)],
 }
 REFERENCE = {"loss.name": "ce"}  # CE without warmup: the demo's baseline row
 

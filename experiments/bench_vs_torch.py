@@ -236,8 +236,9 @@ def main(argv=None):
   dots = [d for d in args.cpu_dots.split(",") if d]
   try:
     extra = json.loads(args.extra_cpu_dots)
-    assert isinstance(extra, dict) and all(isinstance(v, dict) for v in extra.values())
-  except (ValueError, AssertionError):
+  except ValueError:
+    extra = None
+  if not isinstance(extra, dict) or not all(isinstance(v, dict) for v in extra.values()):
     raise SystemExit(f"error: --extra_cpu_dots={args.extra_cpu_dots!r} must be a JSON object "
                      "of objects, e.g. '{\"vec512\": {\"xla_cpu_prefer_vector_width\": 512}}'")
   if args.worker == "el_jax":

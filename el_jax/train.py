@@ -423,6 +423,9 @@ def restore_latest(mngr, abstract_state, state_sharding, data_it=None):
   # The first line of the cause, without the TensorStore spec (thousands of characters).
   detail = re.split(r" See full TensorStore| \[tensorstore_spec", str(err).strip() + "\n")[0]
   detail = detail.splitlines()[0] if detail.strip() else ""
+  # The cause names files inside the checkpoint by their full path; the line names the
+  # checkpoint once, so inside the cause it is "<checkpoint>".
+  detail = detail.replace(os.path.realpath(path), "<checkpoint>").replace(path, "<checkpoint>")
   others = [x for x in mngr.all_steps() if x != step]
   fallback = (f"move it away to resume from the checkpoint of step {max(others)}"
               if others else "move it away to start this seed afresh")

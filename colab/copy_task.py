@@ -25,43 +25,45 @@
 # runtime for the `cpu` variant or larger (`paper_lc1`, `paper`).
 
 # %%
-# Colab / a fresh VM: only when el_jax is not importable (never in the tests):
-# clone the repository (set EL_JAX_REPO to its URL) and install it editable,
-# so that `el_jax.runner` finds the checkout's `configs/` folder.
+EL_JAX_REPO = ""  # <- set this to your el_jax repository URL (git clone URL), e.g. https://github.com/<you>/el_jax.git
+# Installs el_jax where it is not importable (Colab, a fresh VM): clones EL_JAX_REPO
+# (the environment variable EL_JAX_REPO, if set, wins) into ./el_jax_repo and installs it
+# editable. Where el_jax is importable (a checkout after `make venv`, the tests) it does
+# nothing. The same cell opens every notebook in colab/ (tests/test_notebooks.py checks it).
 import importlib
 import importlib.util
 import os
-import site
 import subprocess
 import sys
 
 if importlib.util.find_spec("el_jax") is None:
-  repo = os.environ.get("EL_JAX_REPO", "https://github.com/el-jax/el_jax.git")
-  subprocess.run(["git", "clone", "-q", repo, "el_jax_repo"], check=True)
-  subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", "el_jax_repo"],
-                 check=True)
-  # The editable install takes effect through a .pth file, which Python reads
-  # at start-up only: read the site folders again so that this kernel can
-  # import el_jax without a restart.
+  _repo = os.environ.get("EL_JAX_REPO") or EL_JAX_REPO
+  if not _repo:
+    raise RuntimeError(
+        "el_jax is not installed: set EL_JAX_REPO in the first code cell of this notebook to "
+        "the git URL of your el_jax repository (e.g. https://github.com/<you>/el_jax.git) "
+        "and run that cell again")
+  if not os.path.isdir("el_jax_repo"):
+    subprocess.run(["git", "clone", "-q", _repo, "el_jax_repo"], check=True)
+  subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", "el_jax_repo"], check=True)
+  # An editable install is a .pth file, read at start-up only: put the checkout on sys.path
+  # so that this kernel imports el_jax (and finds its configs/ folder) without a restart.
+  sys.path.insert(0, os.path.abspath("el_jax_repo"))
   importlib.invalidate_caches()
-  for d in site.getsitepackages():
-    site.addsitedir(d)
-
-import jax
-
-print(jax.devices())
 
 # %%
 import tempfile
 
+import jax
 from IPython.display import Image, Markdown, display
 
 from el_jax import demo
+from el_jax import metrics as metrics_lib
 from el_jax import plots
-from el_jax import runner
 
 VARIANT = os.environ.get("EL_JAX_NOTEBOOK_VARIANT", "cpu")
 WORKDIR = os.environ.get("EL_JAX_NOTEBOOK_WORKDIR") or tempfile.mkdtemp(prefix="el_jax_copy_")
+print(jax.devices())
 
 # The runs of the config file's sweep(): CE, CE + warmup and E1 + warmup (what `make demo` runs;
 # the E1 setting was chosen on the validation split by experiments/copy_task_cpu_sweep.py).
@@ -89,15 +91,16 @@ display(Image(filename=os.path.join(WORKDIR, "loss_easy_hard.png")))
 # Greedy-decoding accuracy during training, per run (dashed: train, dotted: valid, solid: test).
 
 # %%
-for label in out["runs"]:
-  run_rows = runner.read_metrics(os.path.join(WORKDIR, label))
+for row in out["rows"]:
+  label = row["label"]
+  run_rows = metrics_lib.read_rows(row["workdir"])
   path = os.path.join(WORKDIR, f"accuracy_{label}.png")
   plots.plot_accuracy(run_rows, path)
   display(Markdown(f"**{label}**"))
   display(Image(filename=path))
 
 # %% [markdown]
-# Final EM / CL per split x group (bars: mean over seeds; whiskers: min..max).
+# Final EM per split x group (bars: mean over seeds; dots: the seeds).
 
 # %%
 display(Image(filename=os.path.join(WORKDIR, "summary.png")))

@@ -16,7 +16,7 @@
 # SGD keeps moving towards flatter solutions after the loss has converged.
 # This notebook
 #
-# 1. samples the paper's PCFG (`../shared/data/pcfg/rule_deep_mlm.txt`) and
+# 1. samples the paper's PCFG (`el_jax/data/resources/pcfg/rule_deep_mlm.txt`) and
 #    computes the exact masked-LM conditionals (inside-outside), hence the
 #    optimal MLM loss;
 # 2. pre-trains a small bidirectional encoder with one masked token per
@@ -32,27 +32,31 @@
 # 2 and 5) is `experiments/mlm_flatness.py`.
 
 # %%
-# Colab / a fresh VM: only when el_jax is not importable (never in the tests):
-# clone the repository (set EL_JAX_REPO to its URL) and install it editable.
+EL_JAX_REPO = ""  # <- set this to your el_jax repository URL (git clone URL), e.g. https://github.com/<you>/el_jax.git
+# Installs el_jax where it is not importable (Colab, a fresh VM): clones EL_JAX_REPO
+# (the environment variable EL_JAX_REPO, if set, wins) into ./el_jax_repo and installs it
+# editable. Where el_jax is importable (a checkout after `make venv`, the tests) it does
+# nothing. The same cell opens every notebook in colab/ (tests/test_notebooks.py checks it).
 import importlib
 import importlib.util
 import os
-import site
 import subprocess
 import sys
 
 if importlib.util.find_spec("el_jax") is None:
-  repo = os.environ.get("EL_JAX_REPO", "https://github.com/el-jax/el_jax.git")
-  subprocess.run(["git", "clone", "-q", repo, "el_jax_repo"], check=True)
-  subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", "el_jax_repo"],
-                 check=True)
+  _repo = os.environ.get("EL_JAX_REPO") or EL_JAX_REPO
+  if not _repo:
+    raise RuntimeError(
+        "el_jax is not installed: set EL_JAX_REPO in the first code cell of this notebook to "
+        "the git URL of your el_jax repository (e.g. https://github.com/<you>/el_jax.git) "
+        "and run that cell again")
+  if not os.path.isdir("el_jax_repo"):
+    subprocess.run(["git", "clone", "-q", _repo, "el_jax_repo"], check=True)
+  subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", "el_jax_repo"], check=True)
+  # An editable install is a .pth file, read at start-up only: put the checkout on sys.path
+  # so that this kernel imports el_jax (and finds its configs/ folder) without a restart.
+  sys.path.insert(0, os.path.abspath("el_jax_repo"))
   importlib.invalidate_caches()
-  for d in site.getsitepackages():
-    site.addsitedir(d)
-
-import jax
-
-print(jax.devices())
 
 # %%
 import tempfile
@@ -61,12 +65,14 @@ import jax
 import numpy as np
 from IPython.display import Image, display
 
-from el_jax import flatness, probe, runner, train
+from el_jax import checkpoint, flatness, probe, runner, train
+from el_jax import step as step_lib
 from el_jax.data import downstream, mlm_data
 
 VARIANT = os.environ.get("EL_JAX_NOTEBOOK_VARIANT", "cpu")
 WORKDIR = os.environ.get("EL_JAX_NOTEBOOK_WORKDIR") or tempfile.mkdtemp(prefix="mlm_")
 config = runner.get_config("pcfg_mlm", VARIANT, {"seeds": (0,)})
+print(jax.devices())
 print(f"variant {VARIANT!r}: encoder {config.model.num_layers} x {config.model.embed_dim}, "
       f"{config.train.num_steps} steps, workdir {WORKDIR}")
 
@@ -107,8 +113,8 @@ display(Image(os.path.join(WORKDIR, "valid_gap.png")))
 # %%
 setup = train.Setup(config)
 trainer = train.Trainer(setup)
-params = train.restore_params(trainer, WORKDIR, 0)
-loss_fn, logits_fn = train.ce_objectives(trainer.graphdef)
+params = checkpoint.restore_params(trainer, WORKDIR, 0)
+loss_fn, logits_fn = step_lib.ce_objectives(trainer.graphdef)
 n = min(64, len(corpus.valid) // 3)
 batches = [corpus.valid.subset(np.arange(r * n, (r + 1) * n)).masked_batch(corpus.mask_id)
            for r in range(3)]

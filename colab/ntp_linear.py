@@ -11,29 +11,6 @@
 #     name: python3
 # ---
 
-# %%
-# Colab/TPU setup: only when el_jax is not importable (never in the tests):
-# clone the repository (set EL_JAX_REPO to its URL) and install it editable,
-# so that `el_jax.runner` finds the checkout's `configs/` folder.
-import importlib
-import importlib.util
-import os
-import site
-import subprocess
-import sys
-
-if importlib.util.find_spec("el_jax") is None:
-  repo = os.environ.get("EL_JAX_REPO", "https://github.com/el-jax/el_jax.git")
-  subprocess.run(["git", "clone", "-q", repo, "el_jax_repo"], check=True)
-  subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", "el_jax_repo"],
-                 check=True)
-  # The editable install takes effect through a .pth file, which Python reads
-  # at start-up only: read the site folders again so that this kernel can
-  # import el_jax without a restart.
-  importlib.invalidate_caches()
-  for d in site.getsitepackages():
-    site.addsitedir(d)
-
 # %% [markdown]
 # # Implicit bias of next-token prediction in linear models (Fig. 1 demo)
 #
@@ -42,6 +19,33 @@ if importlib.util.find_spec("el_jax") is None:
 # W_mm, compute the log-odds solution W* in the data subspace F, and watch
 # gradient descent: CE -> H, ||W_k|| -> inf, W_k / ||W_k|| -> W_mm / ||W_mm||
 # and P_F(W_k) -> W*.
+
+# %%
+EL_JAX_REPO = ""  # <- set this to your el_jax repository URL (git clone URL), e.g. https://github.com/<you>/el_jax.git
+# Installs el_jax where it is not importable (Colab, a fresh VM): clones EL_JAX_REPO
+# (the environment variable EL_JAX_REPO, if set, wins) into ./el_jax_repo and installs it
+# editable. Where el_jax is importable (a checkout after `make venv`, the tests) it does
+# nothing. The same cell opens every notebook in colab/ (tests/test_notebooks.py checks it).
+import importlib
+import importlib.util
+import os
+import subprocess
+import sys
+
+if importlib.util.find_spec("el_jax") is None:
+  _repo = os.environ.get("EL_JAX_REPO") or EL_JAX_REPO
+  if not _repo:
+    raise RuntimeError(
+        "el_jax is not installed: set EL_JAX_REPO in the first code cell of this notebook to "
+        "the git URL of your el_jax repository (e.g. https://github.com/<you>/el_jax.git) "
+        "and run that cell again")
+  if not os.path.isdir("el_jax_repo"):
+    subprocess.run(["git", "clone", "-q", _repo, "el_jax_repo"], check=True)
+  subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", "el_jax_repo"], check=True)
+  # An editable install is a .pth file, read at start-up only: put the checkout on sys.path
+  # so that this kernel imports el_jax (and finds its configs/ folder) without a restart.
+  sys.path.insert(0, os.path.abspath("el_jax_repo"))
+  importlib.invalidate_caches()
 
 # %% tags=["parameters"]
 # fig1: the paper's setting; the tests run "test" (fewer iterations).

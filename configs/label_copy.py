@@ -37,6 +37,8 @@ this variant shows no CE failure to fix (the paper's Table 2 fine-tunes pretrain
 """
 import ml_collections
 
+from el_jax import config_blocks as blocks
+
 VARIANTS = ("paper", "cpu", "test")
 
 
@@ -71,56 +73,20 @@ def get_config(arg="cpu"):
   c.model.dtype = "float32"  # compute dtype: "float32" | "bfloat16"
   c.model.pretrained = ""  # Hugging Face GPT-2 checkpoint directory whose weights start the model ("" = random init)
 
-  c.loss = ml_collections.ConfigDict()
-  c.loss.name = "ce"  # "ce" | "e1" | "e2" | "e3" | baselines: see el_jax.losses.LOSSES
-  c.loss.lam = 1.0  # E1 / E2 margin-shrinking weight (section 5 uses 1); spectral_decoupling (lam / 2) ||f||^2 (>= 0)
-  c.loss.b = 1.0  # E3 target logit magnitude (> 0); spherical_z offset (any real)
-  c.loss.eps = 0.1  # label_smoothing: mass spread uniformly over the V classes, in [0, 1)
-  c.loss.coef = 1e-4  # z_loss: weight of (logsumexp f)^2 (>= 0)
-  c.loss.a = 1.0  # spherical_z: softplus sharpness a (> 0)
-  c.loss.gamma = 2.0  # focal: exponent on (1 - p_k) (>= 0); dice: smoothing (> 0)
-  c.loss.alpha = 1.0  # dice: self-adjusting exponent on (1 - p_k) (>= 0)
-  c.loss.q = 0.7  # gce: exponent q in (0, 1] (q -> 0 is CE, q = 1 is MAE / 2)
-  c.loss.reduction = "mean"  # over the batch's scored tokens: "mean" | "reweight" (seed 001, loss-based)
-  c.loss.reweight_strategy = "linupper"  # "reweight" shape: "linupper" | "quadratic" | "extremes"
-  c.loss.reweight_r = 1.0  # "reweight" temperature r (> 0; KL strength towards uniform weights)
+  c.loss = blocks.loss()
 
-  c.optim = ml_collections.ConfigDict()
-  c.optim.name = "adamw"  # "adamw" | "adam" | "sgd"
-  c.optim.lr = 5e-5  # peak learning rate (not given in the paper; a usual GPT-2 fine-tuning rate)
-  c.optim.warmup_steps = 0  # linear warmup steps (0 = none; sweep(): 1000 with E1)
-  c.optim.decay = "constant"  # after warmup: "constant" | "cosine" | "linear" | "wsd"
-  c.optim.final_lr_frac = 0.0  # cosine / linear / wsd decay end, as a fraction of lr
-  c.optim.decay_frac = 0.1  # wsd: fraction of train.num_steps taken by the final linear decay, in (0, 1]
-  c.optim.weight_decay = 0.0  # AdamW decoupled weight decay
-  c.optim.b1 = 0.9  # Adam beta1
-  c.optim.b2 = 0.999  # Adam beta2
-  c.optim.eps = 1e-8  # Adam epsilon
-  c.optim.momentum = 0.0  # SGD momentum (0 = plain SGD)
-  c.optim.grad_clip = 1.0  # global-norm gradient clipping (0 = off)
+  c.optim = blocks.optim(
+      lr=5e-5)  # peak learning rate (not given in the paper; a usual GPT-2 fine-tuning rate)
 
   c.train = ml_collections.ConfigDict()
   c.train.batch_size = 32  # examples (rows) per step
-  c.train.num_steps = 5000  # optimizer steps (about 6 epochs of the KJV training split)
-  c.train.log_every = 50  # steps between training-metric rows
-  c.train.eval_every = 1000  # steps between greedy-decoding evaluations (0 = end only)
-  c.train.checkpoint_every = 1000  # steps between orbax checkpoints
+  # train.num_steps: optimizer steps (about 6 epochs of the KJV training split)
+  blocks.loop(c.train, num_steps=5000, log_every=50, eval_every=1000,
+              checkpoint_every=1000, keep_checkpoints=2, init_from="")
   c.train.eval_batch_size = 256  # examples per evaluation call
   c.train.eval_train_examples = 2000  # training examples evaluated (the first ones)
-  c.train.stop_at_step = 0  # stop (resumably) after this step, 0 = run to num_steps
-  c.train.vmap_seeds = False  # True: train all seeds as one stacked, jitted program (el_jax.seeds)
-  c.train.vmap_seeds_impl = "auto"  # its step: "vmap" | "map" (lax.map over seeds) | "auto" (map on CPU, else vmap)
-  c.train.cpu_dots = "xla"  # matmuls on CPU: "xla" (XLA's choice, YNNPACK in jax 0.10.2; committed results) | "eigen" (Eigen, faster on small models: docs/bench.md; other rounding)
-  c.train.keep_checkpoints = 2  # newest checkpoints kept (0 = all)
-  c.train.init_from = ""  # workdir of a run of the same model whose newest parameters start this one ("" = none)
 
-  c.flatness = ml_collections.ConfigDict()
-  c.flatness.every = 0  # steps between Hessian / Fisher measurements (0 = off)
-  c.flatness.method = "hutchinson"  # "hutchinson" | "hutch++" | "exact"
-  c.flatness.num_probes = 8  # Hessian probes per batch
-  c.flatness.num_batches = 4  # fixed training batches averaged over
-  c.flatness.fisher_samples = 4  # label draws from the model per batch
-  c.flatness.lanczos_steps = 0  # Lanczos steps for the top eigenvalue (0 = skip)
+  c.flatness = blocks.flatness()
 
   if arg == "paper":
     c.seeds = (0, 1, 2)

@@ -23,6 +23,8 @@ of the run `experiments/label_copy.py` made; results/label_copy/table.json "pret
 """
 import ml_collections
 
+from el_jax import config_blocks as blocks
+
 VARIANTS = ("cpu", "test")
 
 
@@ -60,42 +62,23 @@ def get_config(arg="cpu"):
   c.loss.name = "ce"  # pretraining objective (see el_jax.losses.LOSSES)
   c.loss.reduction = "mean"  # over every token of the batch
 
-  c.optim = ml_collections.ConfigDict()
-  c.optim.name = "adamw"  # "adamw" | "adam" | "sgd"
-  c.optim.lr = 1e-3  # peak learning rate
-  c.optim.warmup_steps = 80  # linear warmup steps
-  c.optim.decay = "cosine"  # after warmup: "constant" | "cosine" | "linear" | "wsd"
-  c.optim.final_lr_frac = 0.1  # cosine end, as a fraction of lr
-  c.optim.decay_frac = 0.1  # wsd only: fraction of the steps in the final decay
-  c.optim.weight_decay = 0.01  # AdamW decoupled weight decay
-  c.optim.b1 = 0.9  # Adam beta1
-  c.optim.b2 = 0.98  # Adam beta2
-  c.optim.eps = 1e-8  # Adam epsilon
-  c.optim.momentum = 0.0  # SGD momentum (unused by adamw)
-  c.optim.grad_clip = 1.0  # global-norm gradient clipping (0 = off)
+  c.optim = blocks.optim(
+      lr=1e-3,  # peak learning rate
+      warmup_steps=80,  # linear warmup steps
+      decay="cosine",  # after warmup: "constant" | "cosine" | "linear" | "wsd"
+      final_lr_frac=0.1,  # cosine end, as a fraction of lr
+      weight_decay=0.01,  # AdamW decoupled weight decay
+      b2=0.98)  # Adam beta2
 
   c.train = ml_collections.ConfigDict()
   c.train.batch_size = 16  # rows per step
-  c.train.num_steps = 800  # optimizer steps
-  c.train.log_every = 25  # steps between training-metric rows
-  c.train.eval_every = 0  # steps between evaluations (0 = end only)
-  c.train.checkpoint_every = 200  # steps between orbax checkpoints
+  # train.num_steps: optimizer steps
+  blocks.loop(c.train, num_steps=800, log_every=25, eval_every=0,
+              checkpoint_every=200, keep_checkpoints=2, init_from="")
   c.train.eval_batch_size = 64  # rows per evaluation call
   c.train.eval_train_examples = 128  # training rows evaluated (the first ones)
-  c.train.stop_at_step = 0  # stop (resumably) after this step, 0 = run to num_steps
-  c.train.keep_checkpoints = 2  # newest checkpoints kept (0 = all)
-  c.train.vmap_seeds = False  # True: train all seeds as one stacked, jitted program (el_jax.seeds)
-  c.train.vmap_seeds_impl = "auto"  # its step: "vmap" | "map" (lax.map over seeds) | "auto" (map on CPU, else vmap)
-  c.train.cpu_dots = "xla"  # matmuls on CPU: "xla" (XLA's choice, YNNPACK in jax 0.10.2; committed results) | "eigen" (Eigen, faster on small models: docs/bench.md; other rounding)
-  c.train.init_from = ""  # workdir of a run of the same model whose newest parameters start this one ("" = none)
 
-  c.flatness = ml_collections.ConfigDict()
-  c.flatness.every = 0  # steps between Hessian / Fisher measurements (0 = off)
-  c.flatness.method = "hutchinson"  # "hutchinson" | "hutch++" | "exact"
-  c.flatness.num_probes = 8  # Hessian probes per batch
-  c.flatness.num_batches = 4  # fixed training batches averaged over
-  c.flatness.fisher_samples = 4  # label draws from the model per batch
-  c.flatness.lanczos_steps = 0  # Lanczos steps for the top eigenvalue (0 = skip)
+  c.flatness = blocks.flatness()
 
   if arg == "test":
     c.data.exclude_label_copy = "test"

@@ -37,9 +37,9 @@ contain this algorithm, so what the text leaves open is our choice:
     a probe with the same arguments trains on (its train split does not
     depend on the valid / test sizes).
 
-Hook: `el_jax.train.Trainer` jits `make_step_fn(setup)` instead of
-`train.train_step` when `config.adversarial.enabled`. The step calls
-`train.train_step` unchanged with the optimizer wrapped so that the
+Hook: the MLM task's `step_fn` (`el_jax.tasks.mlm`) is `make_step_fn(task)` instead of
+`el_jax.step.train_step` when `config.adversarial.enabled`. The step calls
+`step.train_step` unchanged with the optimizer wrapped so that the
 adversarial gradient is added to the MLM gradient; its metrics are
 train_step's (`loss`, `grad_norm`: the MLM part) plus `adv_d2_loss`,
 `adv_d1_loss` (the head's fit on D1), `adv_grad_norm` and `adv_objective`
@@ -53,7 +53,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from el_jax.data import downstream
 from el_jax.models import decoder
+from el_jax import step as step_lib
 
 TASKS = ("A", "B")  # the PCFG downstream tasks of Table 1
 
@@ -176,15 +178,14 @@ def _add_to_gradient(tx, extra_grads):
 
 def adversarial_train_step(graphdef, loss_fn, tx, groups, state, batch, positions=None,
                            reduce_fn=None, *, data, key, d1_size, d2_size, weight, ridge):
-  """`train.train_step` on MLM loss - weight * D2 loss (module docstring); same signature
+  """`step.train_step` on MLM loss - weight * D2 loss (module docstring); same signature
   once the keyword arguments are bound, same state, metrics plus the adv_* ones."""
-  from el_jax import train
   n = data["tokens"].shape[0]
   idx1, idx2 = draw_subsets(jax.random.fold_in(key, state["step"]), n, d1_size, d2_size)
   term = functools.partial(adversarial_term, graphdef, data=data, idx1=idx1, idx2=idx2,
                            weight=weight, ridge=ridge)
   (value, aux), g_adv = jax.value_and_grad(term, has_aux=True)(state["params"])
-  new_state, metrics = train.train_step(graphdef, loss_fn, _add_to_gradient(tx, g_adv), groups,
+  new_state, metrics = step_lib.train_step(graphdef, loss_fn, _add_to_gradient(tx, g_adv), groups,
                                         state, batch, positions, reduce_fn=reduce_fn)
   metrics = dict(metrics)
   metrics.update(aux)
@@ -200,17 +201,15 @@ def adversarial_train_step(graphdef, loss_fn, tx, groups, state, batch, position
 def downstream_data(config, language, seq_len, num_valid=1, num_test=1, cache=False):
   """The downstream task of `config.adversarial` (`downstream.pcfg_task`); its train split
   is the adversary's training set, whatever `num_valid` / `num_test`."""
-  from el_jax.data import downstream
   a = config.adversarial
   return downstream.pcfg_task(language, a.task, num_train=a.num_train, num_valid=num_valid,
                               num_test=num_test, seed=a.data_seed, seq_len=seq_len, cache=cache)
 
 
-def make_step_fn(setup):
-  """`adversarial_train_step` bound to `setup`'s config and downstream training set."""
-  a = setup.config.adversarial
-  task = setup.task
-  ds = downstream_data(setup.config, task.language, task.context_len)
+def make_step_fn(task):
+  """`adversarial_train_step` bound to the MLM `task`'s config and downstream training set."""
+  a = task.config.adversarial
+  ds = downstream_data(task.config, task.language, task.context_len)
   tr = ds.train
   data = {"tokens": jnp.asarray(tr.tokens), "segment_ids": jnp.asarray(tr.segment_ids),
           "onehot": jnp.asarray(np.eye(ds.num_classes, dtype=np.float32)[tr.labels])}

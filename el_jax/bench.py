@@ -36,6 +36,8 @@ import numpy as np
 from absl import flags
 
 from el_jax import cli
+from el_jax import seeds as seeds_lib
+from el_jax import step as step_lib
 from el_jax import train
 
 
@@ -106,7 +108,6 @@ class SeedsRunner:
   returns the wall seconds per step (all seeds); `last_cpu` is the process CPU time."""
 
   def __init__(self, setup, num_seeds, mode, warmup=5):
-    from el_jax import seeds as seeds_lib
     trainer = train.Trainer(setup)
     self.mode, seeds = mode, tuple(range(num_seeds))
     nb = min(setup.steps_per_epoch, 8)
@@ -166,11 +167,11 @@ def bench_seeds(config, num_seeds, impls, steps, repeats, warmup):
 
 def matmul_peak(n=2048, reps=5):
   """FLOP/s of the best of `reps` n x n float32 matmuls through jnp, over every matmul
-  library of `train.CPU_DOTS` on CPU (the denominator of the MFU figures: one peak for the
+  library of `step_lib.CPU_DOTS` on CPU (the denominator of the MFU figures: one peak for the
   machine, whichever library a step uses)."""
   import jax.numpy as jnp
   a = jnp.ones((n, n), jnp.float32)
-  options = train.CPU_DOTS.values() if jax.default_backend() == "cpu" else [{}]
+  options = step_lib.CPU_DOTS.values() if jax.default_backend() == "cpu" else [{}]
   best = float("inf")
   for opts in options:
     f = jax.jit(jnp.dot).lower(a, a).compile(compiler_options=dict(opts))

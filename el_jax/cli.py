@@ -4,6 +4,10 @@
   `--config.a.b=value` overrides) on a private FlagValues; every parsing
   failure is one line naming the bad flag and what is allowed (`UsageError`,
   exit status 2). `--help` prints the entry point's usage and its flags.
+  A config file that cannot be loaded (missing, a syntax error, an exception inside it, no
+  `get_config`, one returning None or not a ConfigDict) is one line naming the file and the
+  problem (`el_jax.config.load_config`). `~` is expanded in `--config`, `--workdir` and
+  the config's string fields (paths); seed fields are checked to be in [0, 2**32).
 * `guard(main)`: wraps an entry point's `main(argv)`. Expected errors (bad
   config or data, bad or damaged files, a refused workdir, OS errors on the
   workdir, a diverged run) are printed as one line `error: ...` on stderr with
@@ -11,6 +15,9 @@
   `EL_JAX_VERBOSE=1`) shows the traceback instead. An exception raised from
   inside a library (JAX, NumPy, orbax, ...) rather than by el_jax's own
   checks is a bug, not an expected error: its traceback is always shown.
+  SIGINT (Ctrl-C) and SIGTERM stop the run the same way (`el_jax.workdir.catch_interrupts`):
+  one line "interrupted (SIGTERM); run the same command again to resume ...", the
+  workdir's lock released, exit status 130 / 143.
 """
 import functools
 import os
@@ -19,6 +26,10 @@ import traceback
 
 from absl import flags
 from ml_collections import config_flags
+from ml_collections.config_flags import config_flags as config_flags_impl
+
+from el_jax import config as config_lib
+from el_jax import workdir as wd
 
 
 class UsageError(SystemExit):
@@ -33,8 +44,7 @@ class UsageError(SystemExit):
 
 
 def _config_keys(cfg):
-  from el_jax import runner
-  return list(runner.flatten(cfg.to_dict()))
+  return list(config_lib.flatten(cfg.to_dict()))
 
 
 HELP_FLAGS = ("--help", "-h", "--helpfull", "-help")
@@ -62,11 +72,43 @@ def parse(argv, *, extra_flags=None, require_workdir=True, doc=None, return_flag
   return config, workdir
 
 
+class _ConfigFileParser(config_flags_impl.ConfigFileFlagParser):
+  """ml_collections' `--config=path.py[:variant]` parser, loading through
+  `el_jax.config.load_config`: every problem of the file is one line (UsageError)."""
+
+  def parse(self, path):
+    try:
+      config = config_lib.load_config(path)
+    except config_lib.ConfigFileError as e:
+      raise UsageError(f"error: could not load --config={path}: {_file_problem(e, path)}") from None
+    if self._lock_config:
+      config.lock()
+    return config
+
+
+def _file_problem(err, spec):
+  """The problem of a ConfigFileError, naming the file unless `spec` (the flag) names it."""
+  name = spec.partition(":")[0]
+  shown = os.path.expanduser(name)
+  if err.spec.partition(":")[0] in (name, shown):
+    return err.problem
+  return f"{err.spec}: {err.problem}"
+
+
+def _define_config(fv, argv):
+  """`--config` (with its `--config.<key>=<value>` overrides) on `fv`: ml_collections'
+  config-file flag with `_ConfigFileParser`."""
+  flag = config_flags_impl._ConfigFlag(  # noqa: SLF001 -- DEFINE_config_file with our parser
+      parser=_ConfigFileParser(name="config", lock_config=True),
+      serializer=flags.ArgumentSerializer(), name="config", default=None,
+      help_string="experiment config: path.py[:variant]; override fields with "
+                  "--config.<key>=<value>", flag_values=fv, sys_argv=argv)
+  flags.DEFINE_flag(flag, fv)
+
+
 def _define(argv, extra_flags):
   fv = flags.FlagValues()
-  config_flags.DEFINE_config_file("config", None, "experiment config: path.py[:variant]; "
-                                  "override fields with --config.<key>=<value>",
-                                  flag_values=fv, sys_argv=argv)
+  _define_config(fv, argv)
   flags.DEFINE_string("workdir", None, "directory for metrics, checkpoints and plots", flag_values=fv)
   flags.DEFINE_list("allow_config_change", [], "config fields (optim.*, loss.*, "
                     "train.num_steps) that may differ from the config a workdir was trained "
@@ -127,7 +169,13 @@ def _parse(argv, *, extra_flags, require_workdir, doc):
     raise UsageError("--config is required, e.g. --config=configs/copy_task.py:cpu")
   if require_workdir and not fv.workdir:
     raise UsageError("--workdir is required (metrics, checkpoints and plots go there)")
-  return config, fv.workdir, fv
+  config_lib.expand_user(config)
+  try:
+    config_lib.check_seeds(config)
+  except ValueError as e:
+    raise UsageError(f"error: {e}") from None
+  workdir = os.path.expanduser(fv.workdir) if fv.workdir else fv.workdir
+  return config, workdir, fv
 
 
 def _last_line(msg):
@@ -142,10 +190,10 @@ def _override_error(e, argv):
   try:
     fv = flags.FlagValues()
     base_argv = argv[:1] + config_args
-    config_flags.DEFINE_config_file("config", None, "", flag_values=fv, sys_argv=base_argv)
+    _define_config(fv, base_argv)
     fv(base_argv)
     keys = _config_keys(fv.config)
-  except Exception:  # the base config itself is broken: report the original error
+  except (Exception, UsageError):  # the base config itself is broken: report the original error
     pass
   given = [a[len("--config."):].split("=", 1)[0] for a in argv[1:] if a.startswith("--config.")]
   unknown = [k for k in given
@@ -192,10 +240,9 @@ def _raised_by(exc, prefixes):
 
 
 def _own_dirs():
-  from el_jax import runner
-  pkg = runner.PACKAGE_DIR + os.sep
-  return (pkg, os.path.abspath(runner.configs_dir()) + os.sep,
-          os.path.join(os.path.dirname(runner.PACKAGE_DIR), "experiments") + os.sep)
+  pkg = config_lib.PACKAGE_DIR + os.sep
+  return (pkg, os.path.abspath(config_lib.configs_dir()) + os.sep,
+          os.path.join(os.path.dirname(config_lib.PACKAGE_DIR), "experiments") + os.sep)
 
 
 def is_expected(exc):
@@ -238,29 +285,39 @@ def guard(main):
       while flag in argv[1:]:
         argv.remove(flag)
         verbose = True
-    try:
-      return main(argv)
-    except UsageError as e:
-      if not getattr(e, "printed", False):
-        print(e.msg, file=sys.stderr)
-      raise SystemExit(2) from None
-    except SystemExit as e:
-      if isinstance(e.code, str):  # SystemExit("message"): one line, usage status
-        print(e.code if e.code.startswith("error") else f"error: {e.code}", file=sys.stderr)
-        raise SystemExit(2) from None
-      raise
-    except KeyboardInterrupt:
-      print("interrupted; run the same command again to resume from the last checkpoint",
-            file=sys.stderr)
-      raise SystemExit(130) from None
-    except Exception as e:  # noqa: BLE001 -- sorted into expected errors and bugs below
-      if verbose or not is_expected(e):
-        raise
-      print(f"error: {one_line(e)}", file=sys.stderr)
-      sys.stderr.flush()
-      raise SystemExit(1 if isinstance(e, FloatingPointError) else 2) from None
+    with wd.catch_interrupts():
+      return _guarded(main, argv, verbose)
 
   return wrapped
+
+
+def _guarded(main, argv, verbose):
+  """`main(argv)` with its errors sorted into one-line messages and exit statuses (`guard`)."""
+  try:
+    return main(argv)
+  except UsageError as e:
+    if not getattr(e, "printed", False):
+      print(e.msg, file=sys.stderr)
+    raise SystemExit(2) from None
+  except SystemExit as e:
+    if isinstance(e.code, str):  # SystemExit("message"): one line, usage status
+      print(e.code if e.code.startswith("error") else f"error: {e.code}", file=sys.stderr)
+      raise SystemExit(2) from None
+    raise
+  except KeyboardInterrupt as e:
+    if verbose:
+      traceback.print_exc()
+    sig = e if isinstance(e, wd.Interrupted) else wd.Interrupted(2)  # a plain Ctrl-C
+    print(f"interrupted ({sig.name}); run the same command again to resume from the last "
+          f"checkpoint", file=sys.stderr)
+    sys.stderr.flush()
+    raise SystemExit(sig.exit_status) from None
+  except Exception as e:  # noqa: BLE001 -- sorted into expected errors and bugs below
+    if verbose or not is_expected(e):
+      raise
+    print(f"error: {one_line(e)}", file=sys.stderr)
+    sys.stderr.flush()
+    raise SystemExit(1 if isinstance(e, FloatingPointError) else 2) from None
 
 
 def script(main):

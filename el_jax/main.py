@@ -12,9 +12,26 @@ setting (say after a diverged run), name the fields that may change:
 Several processes (el_jax.distributed): `python -m el_jax.launch --num_processes=2 -- <these
 flags>` on one machine; `--distributed` on every host of a TPU slice or SLURM job.
 """
+import os
+import signal
 import sys
 
-from el_jax import cli
+
+def _stopped_while_starting(signum, frame):
+  # SIGINT / SIGTERM before `cli.guard` handles them (while JAX is imported): nothing has
+  # been started or written yet, so the process ends here (an exception could be swallowed
+  # by whatever Python code the signal interrupted, a garbage-collection callback say).
+  sys.stderr.write(f"interrupted ({signal.Signals(signum).name}) while starting; nothing "
+                   f"was started\n")
+  sys.stderr.flush()
+  os._exit(128 + signum)
+
+
+if __name__ == "__main__":
+  for _sig in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(_sig, _stopped_while_starting)
+
+from el_jax import cli  # noqa: E402 -- after the handlers above
 
 
 def _flags(fv):
@@ -26,15 +43,23 @@ def _flags(fv):
 
 @cli.guard
 def main(argv=None):
-  from el_jax import distributed
-  from el_jax import tasks
   config, workdir, fv = cli.parse(sys.argv if argv is None else argv, doc=__doc__,
                                   extra_flags=_flags)
+  # Heavy (the task registry, models, orbax): imported after the flags are checked.
+  from el_jax import distributed
+  from el_jax import job
   allow = tuple(fv.allow_config_change)
   distributed.initialize(auto=fv.distributed)  # before anything touches the devices
   cli.log_devices()
-  return tasks.run(config, workdir, allow_config_change=allow)
+  return job.run(config, workdir, allow_config_change=allow)
 
 
 if __name__ == "__main__":
-  main()
+  try:
+    main()
+  finally:
+    # Finished, failed or stopped, with its message printed: a signal from now on would
+    # only kill the exiting interpreter (Python's finalisation restores the default
+    # handlers, not an ignored signal's), changing the exit status of a completed run.
+    for _sig in (signal.SIGINT, signal.SIGTERM):
+      signal.signal(_sig, signal.SIG_IGN)

@@ -15,12 +15,14 @@ import dataclasses
 import jax
 import numpy as np
 
-from el_jax import flatness
-from el_jax import probe
-from el_jax import runner
-from el_jax import train
+from el_jax import checkpoint
 from el_jax.data import downstream
 from el_jax.data import mlm_data
+from el_jax import flatness
+from el_jax import metrics as metrics_lib
+from el_jax import probe
+from el_jax import step as step_lib
+from el_jax import train
 
 # The eval-row fields of an MLM run that `eval_row` returns by default.
 EVAL_KEYS = ("valid_mlm_loss", "valid_gap", "valid_kl", "test_mlm_loss", "test_gap",
@@ -57,7 +59,7 @@ class Measurer:
     self.setup = train.Setup(cfg)
     self.trainer = train.Trainer(self.setup)
     self.task = self.setup.task
-    self.loss_fn, self.logits_fn = train.ce_objectives(self.trainer.graphdef)
+    self.loss_fn, self.logits_fn = step_lib.ce_objectives(self.trainer.graphdef)
     corpus = self.task.corpus
     lang = self.task.language if hasattr(self.task, "language") else None
     if lang is None:
@@ -80,7 +82,7 @@ class Measurer:
                          for r in range(settings.flat_reps)]
 
   def params(self, workdir, step, seed):
-    return train.restore_params(self.trainer, workdir, seed, step)
+    return checkpoint.restore_params(self.trainer, workdir, seed, step)
 
   def flatness(self, params, step):
     """Tr(H) of `params` (appendix B.1 and Hutchinson); `step` is not used in the estimate."""
@@ -114,7 +116,7 @@ class Measurer:
 
 def eval_row(workdir, seed, step, keys=EVAL_KEYS):
   """The `keys` of the eval row of `seed` at `step` in a run's metrics.jsonl."""
-  rows = [r for r in runner.read_metrics(workdir)
+  rows = [r for r in metrics_lib.read_rows(workdir)
           if r.get("kind") == "eval" and r.get("seed") == seed and r.get("step") == step]
   if not rows:
     raise ValueError(f"{workdir} has no eval row at step {step}: set train.eval_every to a "

@@ -150,3 +150,71 @@ def plot_path_accuracy(rows, path_len, path):
   fig.tight_layout()
   fig.savefig(path, dpi=110)
   plt.close(fig)
+
+
+# ----------------------------------------------------------------------------
+# The two figures every grid draws (el_jax.grid rows)
+
+
+def bars_with_seeds(rows, metrics, path, title=None, ylabel="accuracy", paper=None, chance=None,
+                    metric_names=None):
+  """Bars of each row's mean of each metric, with a dot per seed (grid rows, `el_jax.grid`).
+
+  One group of bars per metric, one bar per row (its label in the legend). `paper`:
+  {(row label, metric): the paper's value} drawn as black crosses; `chance`: a dotted line.
+  """
+  metric_names = {**{m: m.replace("_", " ") for m in metrics}, **(metric_names or {})}
+  fig, ax = plt.subplots(figsize=(max(5.0, 1 + len(metrics) * (0.5 + 0.35 * len(rows))), 3.8))
+  width = 0.8 / max(len(rows), 1)
+  colors = plt.get_cmap("tab10")
+  for i, row in enumerate(rows):
+    x = np.arange(len(metrics)) + (i - (len(rows) - 1) / 2) * width
+    means = [row["aggregate"][m]["mean"] if m in row["aggregate"] else np.nan for m in metrics]
+    ax.bar(x, means, width, color=colors(i % 10), alpha=0.75, label=row["label"])
+    for xj, m in zip(x, metrics):
+      vals = [v for v in row["per_seed"].get(m, []) if v is not None]
+      jitter = np.linspace(-0.25, 0.25, len(vals)) * width if len(vals) > 1 else [0.0] * len(vals)
+      ax.scatter(xj + np.asarray(jitter), vals, s=10, color="k", zorder=3, lw=0)
+      if paper and (row["label"], m) in paper:
+        ax.scatter([xj], [paper[(row["label"], m)]], marker="x", s=40, color="k", zorder=4,
+                   label="paper" if i == 0 and m == metrics[0] else None)
+  if chance is not None:
+    ax.axhline(chance, color="gray", lw=0.8, ls=":")
+  ax.set_xticks(np.arange(len(metrics)), [metric_names[m] for m in metrics])
+  ax.set_ylabel(ylabel + " (bars: mean; dots: seeds)")
+  if title:
+    ax.set_title(title, fontsize=10)
+  ax.grid(alpha=0.3, axis="y")
+  ax.legend(fontsize=8)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+
+
+def metric_over_steps(rows_by_label, key, path, kind="eval", ylabel=None, title=None,
+                      log=False):
+  """`key` over training steps, one line per run (mean over seeds) with a min..max band.
+
+  rows_by_label: {run label: metrics.jsonl rows}; `kind`: the rows' kind ("eval", "train",
+  "flatness").
+  """
+  fig, ax = plt.subplots(figsize=(6, 3.6))
+  colors = plt.get_cmap("tab10")
+  for i, (label, rows) in enumerate(rows_by_label.items()):
+    band = seed_band([r for r in rows if r.get("kind") == kind], key)
+    if band is None:
+      continue
+    steps, mean, lo, hi = band
+    ax.plot(steps, mean, color=colors(i % 10), label=label, marker="o" if len(steps) < 4 else None)
+    ax.fill_between(steps, lo, hi, color=colors(i % 10), alpha=0.15)
+  if log:
+    ax.set_yscale("log")
+  ax.set_xlabel("step")
+  ax.set_ylabel(ylabel or key)
+  if title:
+    ax.set_title(title, fontsize=10)
+  ax.grid(alpha=0.3)
+  ax.legend(fontsize=8)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)

@@ -1,4 +1,5 @@
-"""Quiet failed checkpoint restores: one error line instead of hundreds of background reports.
+"""Quiet failed checkpoint restores and saves: one error line instead of hundreds of
+background reports.
 
 When orbax gives up restoring a damaged checkpoint, its other reads of that checkpoint are
 still running in TensorStore's threads. They fail later, at any time until the process
@@ -6,7 +7,10 @@ exits, and each one reports itself on stderr in one of Python's report formats
 ("Traceback (most recent call last):" from a thread, "Exception ignored in: <coroutine
 _read_array_index_and_device_put>", asyncio's "Task exception was never retrieved"), often
 with a TensorStore spec thousands of characters long. The error that matters has already
-been raised (train.restore_latest turns it into one line).
+been raised (checkpoint.restore_latest turns it into one line).
+
+A save that fails (a full disk) leaves the same kind of reports behind: its other writes
+fail in the background (`failed_writes(path)`).
 
 `abandoned_reads(path)` wraps a restore of the checkpoint at `path`. While it runs, and for
 the rest of the process if it fails, sys.stderr is a `ReportFilter`: it drops each report
@@ -17,12 +21,17 @@ leaves stderr as it was.
 import atexit
 import contextlib
 import logging
+import os
 import sys
 import threading
 import warnings
 
+# A closed event loop's report: "RuntimeError: Event loop is closed", raised in
+# `_check_closed` from `call_soon_threadsafe` (a report cut short at exit may lack the last
+# line: its frames name it).
+LOOP_CLOSED = ("Event loop is closed", "in _check_closed", "in call_soon_threadsafe")
 # What the reports of abandoned reads contain (besides the checkpoint's own path).
-ABANDONED = ("Encountered error while reading array index", "Event loop is closed",
+ABANDONED = ("Encountered error while reading array index", *LOOP_CLOSED,
              "_read_array_index_and_device_put", "async_deserialize")
 
 # The first lines of Python's report blocks; a block ends at its first line that is not
@@ -32,6 +41,7 @@ _BLOCK_STARTS = ("Traceback (most recent call last):", "Exception ignored in",
                  "Exception in thread", "During handling of the above exception",
                  "The above exception was the direct cause")
 _BLOCK_LINES = _BLOCK_STARTS + ("future: ",)
+OWN_LINES = ("error: ", "interrupted (")  # el_jax.cli.guard's last lines
 
 
 class ReportFilter:
@@ -39,8 +49,9 @@ class ReportFilter:
 
   Text outside report blocks goes through at once (a progress bar's partial line is not
   held back); a block is held until its last line, then dropped or passed whole. Blank
-  lines just before a block go with it. A line starting "error: " (el_jax's own error
-  line) is never taken into a block."""
+  lines just before a block go with it; an indented line outside a block (the rest of a
+  report cut by another thread's) starts one. el_jax's own last lines ("error: ...",
+  "interrupted (SIGINT); ...", `OWN_LINES`) are never taken into a block."""
 
   def __init__(self, stream, keys):
     self.stream, self.keys = stream, tuple(keys)
@@ -76,13 +87,14 @@ class ReportFilter:
     elif self._block is None:
       if not bare.strip():
         self._blank.append(line)
-      elif bare.startswith(_BLOCK_STARTS):
+      elif bare.startswith(_BLOCK_STARTS) or bare[0] in (" ", "\t"):
+        # (an indented line outside a block: the rest of a report whose first lines were
+        # interleaved with another thread's report, held like a block of its own)
         self._block, self._blank = self._blank + [line], []
       else:
         self._emit(line)
-    elif bare.startswith("error: "):
-      self._end_block()
-      self._emit(line)
+    elif bare.startswith(OWN_LINES):  # from the main thread, amid another thread's report
+      self.stream.write(line)
     else:
       self._block.append(line)
       if bare.strip() and not bare[0].isspace() and not bare.startswith(_BLOCK_LINES):
@@ -123,19 +135,47 @@ class ReportFilter:
 
 
 def _may_start_block(partial):
-  return any(s.startswith(partial) or partial.startswith(s) for s in _BLOCK_STARTS)
+  return partial[:1] in (" ", "\t") or any(s.startswith(partial) or partial.startswith(s)
+                                      for s in _BLOCK_STARTS)
+
+
+# What the reports of a failed checkpoint save contain (besides the checkpoint's path, and
+# its temporary folder `<path>.orbax-checkpoint-tmp`): the other writes of that save fail in
+# TensorStore's threads and asyncio tasks, until the process exits.
+FAILED_WRITES = (*LOOP_CLOSED, "write_fragment", "async_serialize",
+                 "_serialize_without_dispatcher", "sys.meta_path is None",
+                 "orbax-checkpoint-tmp", "_SignalingThread.run() raised",
+                 f"{os.sep}orbax{os.sep}checkpoint{os.sep}")  # a frame of orbax's
 
 
 @contextlib.contextmanager
 def abandoned_reads(path):
   """Runs the body (a restore of the checkpoint at `path`) with stderr filtered; if the body
   raises, the filter and the hooks of `_keep_quiet` stay for the rest of the process."""
-  keys = ABANDONED + (str(path),)
+  with _filtered(ABANDONED + (str(path),)):
+    yield
+
+
+@contextlib.contextmanager
+def failed_writes(path):
+  """The same as `abandoned_reads` for a save of the checkpoint at `path` (a full disk: the
+  save's other writes fail in the background, each with its report)."""
+  with _filtered(FAILED_WRITES + (str(path),)):
+    yield
+
+
+@contextlib.contextmanager
+def _filtered(keys):
   installed = not isinstance(sys.stderr, ReportFilter)
   filt = ReportFilter(sys.stderr, keys) if installed else sys.stderr
   if not installed:
     filt.add_keys(keys)
   sys.stderr = filt
+  # orbax's threads also report through log records, whose handlers write to the stream
+  # they were made with (not the filter): dropped at the source while the body runs.
+  drop = _LogDrop(keys)
+  for name in LOGGERS:
+    logging.getLogger(name).addFilter(drop)
   try:
     yield
   except BaseException:
@@ -143,15 +183,40 @@ def abandoned_reads(path):
     if installed:
       atexit.register(filt.close_out)
     raise
+  for name in LOGGERS:
+    logging.getLogger(name).removeFilter(drop)
   if installed and sys.stderr is filt:
     filt.close_out()
     sys.stderr = filt.stream
 
 
+LOGGERS = ("asyncio", "absl")  # asyncio's "Task exception was never retrieved"; orbax's threads
+
+
+class _LogDrop(logging.Filter):
+  """Drops the log records that name any of `keys` (in the message or the exception)."""
+
+  def __init__(self, keys):
+    super().__init__()
+    self.keys = tuple(keys)
+
+  def filter(self, record):
+    text = record.getMessage()
+    if record.exc_info:
+      try:
+        text += _FORMATTER.formatException(record.exc_info)
+      except Exception:  # noqa: BLE001 -- at interpreter exit formatting may fail; keep the text
+        text += repr(record.exc_info)
+    return not any(k in text for k in self.keys)
+
+
+_FORMATTER = logging.Formatter()
+
+
 def _keep_quiet(keys):
-  """After a failed restore: reports that do not pass through sys.stderr as it is now
-  (unraisable exceptions, asyncio's log records, "coroutine was never awaited" warnings)
-  are dropped at their source when they name the abandoned reads."""
+  """After a failed restore or save: reports that do not pass through sys.stderr as it is
+  now (unraisable exceptions, log records, "coroutine was never awaited" warnings) are
+  dropped at their source, for the rest of the process, when they name `keys`."""
   previous = sys.unraisablehook
 
   def hook(unraisable):
@@ -159,11 +224,7 @@ def _keep_quiet(keys):
       previous(unraisable)
 
   sys.unraisablehook = hook
-
-  class _Drop(logging.Filter):
-    def filter(self, record):
-      text = record.getMessage() + repr(getattr(record, "exc_info", ""))
-      return not any(k in text for k in keys)
-
-  logging.getLogger("asyncio").addFilter(_Drop())
+  for name in LOGGERS:
+    logging.getLogger(name).addFilter(_LogDrop(keys))
   warnings.filterwarnings("ignore", message="coroutine '_read_array_index_and_device_put'")
+  warnings.filterwarnings("ignore", message="coroutine .*write_fragment")

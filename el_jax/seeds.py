@@ -9,7 +9,7 @@ and compiled once for both modes), stacked on the device. Everything else is as
 in `train.train_seed`, seed by seed: the same batches (`task.batch(seed, step)`), the same
 metrics rows ({"seed", "step", "kind": "train" | "eval", ...}), orbax checkpoints under
 `seed_<s>/checkpoints` in the format of a sequential run (so a workdir can be resumed with
-or without `vmap_seeds`, and `train.restore_params` / `train.init_from` read it), and
+or without `vmap_seeds`, and `checkpoint.restore_params` / `train.init_from` read it), and
 `seed_<s>/final.json`, evaluated with the `Trainer.evaluate` of a sequential run on that
 seed's slice of the parameters. Per-seed results equal sequential training up to float
 rounding (tests/test_vmap_seeds.py).
@@ -21,7 +21,7 @@ the first unfinished seed).
 
 How the stacked step runs the seeds (`train.vmap_seeds_impl`, `IMPLS`):
 
-  "vmap"  `jax.vmap(train.train_step)`: every matmul becomes one batched matmul over the
+  "vmap"  `jax.vmap(step_lib.train_step)`: every matmul becomes one batched matmul over the
           seeds. On several devices the seed axis is sharded (`seed_mesh_shape`).
   "map"   `jax.lax.map` over the seeds inside the one program: a loop whose body is the
           step of one seed, with unbatched matmuls as in sequential training, on the
@@ -44,50 +44,21 @@ Unsupported (refused by `validate_config`, not ignored): flatness measurements d
 training, adversarial pretraining, `model.pretrained` and `train.init_from`; at run time,
 several processes (el_jax.distributed) and tasks whose batches come from a data iterator.
 """
-import functools
 import math
 import os
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import orbax.checkpoint as ocp
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from el_jax import progress
+from el_jax import checkpoint
 from el_jax import train
 from el_jax import workdir as wd
 
-IMPLS = ("auto", "vmap", "map")
-
-
-def validate_config(config):
-  """One-line errors for `train.vmap_seeds` / `train.vmap_seeds_impl` and for the
-  combinations the stacked program does not support (called by `train.validate_config`)."""
-  t = config.train
-  on = t.get("vmap_seeds", False)
-  if not isinstance(on, bool):
-    raise ValueError(f"train.vmap_seeds={on!r} must be True or False")
-  impl = t.get("vmap_seeds_impl", "auto")
-  if impl not in IMPLS:
-    raise ValueError(f"train.vmap_seeds_impl={impl!r} must be one of {IMPLS}")
-  if not on:
-    return
-  refused = []
-  if config.get("flatness") is not None and config.flatness.get("every", 0):
-    refused.append(f"flatness.every={config.flatness.every} (set it to 0)")
-  if "adversarial" in config and config.adversarial.get("enabled", False) is True:
-    refused.append("adversarial.enabled=True (set it to False)")
-  if config.model.get("pretrained", ""):
-    refused.append(f"model.pretrained={config.model.pretrained!r} (set it to '')")
-  if t.get("init_from", ""):
-    refused.append(f"train.init_from={t.init_from!r} (set it to '')")
-  if refused:
-    raise ValueError(f"train.vmap_seeds=True does not support {', '.join(refused)}; or set "
-                     f"train.vmap_seeds=False to train the seeds one after the other")
+IMPLS = train.VMAP_SEEDS_IMPLS  # "auto", "vmap", "map" (validated with the config by train)
 
 
 def resolve_impl(impl, platform=None):
@@ -150,11 +121,7 @@ class StackedTrainer:
     self._unstack = jax.jit(lambda state: tuple(jax.tree.map(lambda x: x[i], state)
                                                 for i in range(n)),
                             out_shardings=trainer.repl)
-    kw = {"positions": st.scored_positions}
-    if st.config.loss.get("reduction", "mean") != "mean":  # "mean": train_step's own
-      kw["reduce_fn"] = st.reduce_fn
-    one = functools.partial(train.train_step, trainer.graphdef, st.loss_fn, st.tx,
-                            st.task.groups, **kw)
+    one = trainer.pure_step
     if self.impl == "vmap":
       stacked = jax.vmap(one)
     else:  # "map": the per-seed step in a loop over the seed axis, inside the one program
@@ -199,29 +166,17 @@ def train_seeds(trainer, workdir, writer):
                      f"a data iterator ({type(trainer.setup.task).__name__}.data_iterator, e.g. "
                      f"data.pipeline='grain'); use its default batches or set "
                      f"train.vmap_seeds=False")
-  stop = tcfg.num_steps if not tcfg.get("stop_at_step", 0) else min(tcfg.stop_at_step,
-                                                                     tcfg.num_steps)
+  stop = train.stop_step(tcfg)
   finals, groups, stopped = {}, {}, False
   for seed in (int(s) for s in cfg.seeds):
-    sdir = os.path.join(workdir, f"seed_{seed}")
-    final = train._read_final(seed, sdir, tcfg.num_steps)
-    if final is not None:
+    status, final = train.seed_status(seed, workdir, tcfg, writer)
+    if status == "finished":
       finals[seed] = final
-      continue
-    os.makedirs(sdir, exist_ok=True)
-    latest = train.latest_checkpoint_step(sdir)
-    if latest is not None and latest > tcfg.num_steps:
-      raise wd.WorkdirError(
-          f"seed {seed} has a checkpoint at step {latest}, past train.num_steps="
-          f"{tcfg.num_steps}; set train.num_steps >= {latest}, or move {sdir} away to train "
-          f"it afresh")
-    if latest is not None and latest >= stop and stop < tcfg.num_steps:
-      print(f"seed {seed}: already at step {latest} >= train.stop_at_step={stop}; nothing to "
-            f"do", file=sys.stderr)
-      writer.truncate(seed, latest)  # rows a killed run logged past its last checkpoint
+    elif status == "stopped":  # final: the step of its checkpoint
+      train.catch_up_stopped(trainer, seed, final, workdir, writer)
       stopped = True
-      continue
-    groups.setdefault(latest or 0, []).append(seed)
+    else:
+      groups.setdefault(final or 0, []).append(seed)  # final: the newest checkpoint step
   impl = tcfg.get("vmap_seeds_impl", "auto")
   for start, seeds in groups.items():
     finals.update(_train_group(trainer, seeds, start, stop, workdir, writer, impl))
@@ -234,9 +189,7 @@ def _train_group(trainer, seeds, start, stop, workdir, writer, impl):
   """Trains `seeds` (all at step `start`) to `stop`; returns {seed: final evaluation}
   ({} when stopped early by `train.stop_at_step`)."""
   tcfg = trainer.setup.config.train
-  mngrs = [train._checkpoint_manager(os.path.join(workdir, f"seed_{s}", "checkpoints"),
-                                     tcfg.checkpoint_every, tcfg.get("keep_checkpoints", 2))
-           for s in seeds]
+  mngrs = [train.seed_manager(workdir, s, tcfg) for s in seeds]
   try:
     return _run_group(trainer, StackedTrainer(trainer, seeds, impl), mngrs, start, stop,
                       workdir, writer)
@@ -257,7 +210,7 @@ def _run_group(trainer, stacked, mngrs, start, stop, workdir, writer):
   else:
     states = []
     for seed, mngr in zip(seeds, mngrs):
-      s = train.restore_latest(mngr, trainer.abstract_state, trainer.state_sharding)
+      s = checkpoint.restore_latest(mngr, trainer.abstract_state, trainer.state_sharding)
       if s is None or int(s["step"]) != start:  # the checkpoint listing changed under us
         raise wd.WorkdirError(f"seed {seed}: expected a checkpoint of step {start} in "
                               f"{mngr.directory}")
@@ -269,55 +222,41 @@ def _run_group(trainer, stacked, mngrs, start, stop, workdir, writer):
   # and so is a final evaluation being redone.
   for seed in seeds:
     writer.truncate(seed, start if start else -1, eval_at=stop if start >= stop else None)
+  missed = {seed: train.missed_rows(writer, seed, start, st.config) for seed in seeds}
+  if any(missed.values()):  # rows of the checkpoint `start` an interrupted run did not log
+    for seed, s in zip(seeds, stacked.unstack(state)):
+      train.log_missed(trainer, seed, start, s["params"], writer, missed[seed])
 
   def log_eval(step, state):
     rows = {}
     for seed, s in zip(seeds, stacked.unstack(state)):
-      p = s["params"]
-      row = {"seed": seed, "step": step, "kind": "eval"}
-      for split, ds in st.task.eval_sets():
-        with progress.label(f"seed {seed} step {step}: evaluating {split}"):
-          for key, val in trainer.evaluate(p, ds).items():
-            row[f"{split}_{key}"] = val
-      writer.write(row)
-      rows[seed] = row
+      rows[seed] = train.eval_row(trainer, seed, step, s["params"])
+      writer.write(rows[seed])
     return rows
 
-  def check_and_log(pending):
+  def check(pending, bar, t0):
     step, metrics = pending
     host = jax.device_get(metrics)
     for i, (seed, mngr) in enumerate(zip(seeds, mngrs)):
       try:
-        train._check_and_log((step, {k: v[i] for k, v in host.items()}), seed, st, writer,
-                             bar, t0)
+        train.check_and_log((step, {k: v[i] for k, v in host.items()}), seed, st, writer,
+                            bar, t0)
       except FloatingPointError as e:
         raise train.diverged_error(e, mngr) from None
 
+  def save(done, state):
+    # One signal-free stretch for every seed's checkpoint of `done` (el_jax.workdir): an
+    # interrupt never leaves some seeds saved and the others not (a kill -9 can: the next
+    # run resumes each seed from its own newest checkpoint, `train_seeds`).
+    with wd.uninterrupted(f"the checkpoints of step {done}"):
+      for mngr, s in zip(mngrs, stacked.unstack(state)):
+        checkpoint.save(mngr, done, s)
+
   if start == 0 and tcfg.eval_every:
     log_eval(0, state)
-  pending = None  # (step, metrics) of the previous step, fetched after the next dispatch
-  t0 = time.time()
-  bar = progress.Bar(total=stop, initial=start, desc=f"seeds {list(seeds)}")
-  try:
-    for step in range(start, stop):
-      batch = stacked.put_batch(stacked.host_batch(step))
-      state, metrics = stacked.step(state, batch)
-      if pending is not None:
-        check_and_log(pending)
-      pending = (step + 1, metrics)
-      done = step + 1
-      if done % tcfg.checkpoint_every == 0 or done == stop:
-        check_and_log(pending)
-        pending = None
-        for mngr, s in zip(mngrs, stacked.unstack(state)):
-          mngr.save(done, args=ocp.args.StandardSave(s), force=True)
-      if tcfg.eval_every and done % tcfg.eval_every == 0 and done < tcfg.num_steps:
-        log_eval(done, state)
-      bar.update(1)
-    if pending is not None:
-      check_and_log(pending)
-  finally:
-    bar.close()
+  state = train.run_steps(state, start, stop, tcfg, desc=f"seeds {list(seeds)}",
+                          batch=lambda i: stacked.put_batch(stacked.host_batch(i)),
+                          step=stacked.step, check=check, save=save, evaluate=log_eval)
   for mngr in mngrs:
     mngr.wait_until_finished()
   if stop < tcfg.num_steps:

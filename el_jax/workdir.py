@@ -4,33 +4,48 @@
   wd.write_json(path, obj)                    # temp file + os.replace: never a torn file
   obj = wd.read_json(path, what="final.json of seed 0")   # WorkdirError naming the file
   with wd.Lock(workdir):                      # a second run on this workdir is refused
-    changes = wd.check_config(config, workdir, resumable, allow=("optim.lr",))
-    wd.record_config(config, workdir, changes, resume_steps)
+    ...
+  with wd.uninterrupted("the checkpoint of step 8"):   # SIGINT / SIGTERM wait for the block
+    ...
+
+Which config a workdir belongs to (config.json, `--allow_config_change`) is
+`el_jax.config.check_config` / `record_config`.
 
 Every expected fault is a `WorkdirError` (a ValueError) whose one-line message
-names the file and what to do; `el_jax.cli.main_guard` prints it without a
+names the file and what to do; `el_jax.cli.guard` prints it without a
 traceback.
+
+Interrupts: `catch_interrupts()` (installed by `el_jax.cli.guard`) turns SIGINT and SIGTERM
+into `Interrupted` (a KeyboardInterrupt) raised in the main thread, so that a terminated run
+unwinds like a Ctrl-C one (the lock is released, the message says how to resume).
+`uninterrupted(what)` defers both signals while a block that must not be cut in half runs
+(a checkpoint save, the lock file, a metrics row): the signal takes effect when it ends.
 """
 import contextlib
 import datetime
+import errno
 import json
 import os
+import signal
 import socket
 import sys
 import tempfile
+import threading
+
 
 LOCK_NAME = ".lock"
-CHANGES_KEY = "config_changes"  # config.json: the history of allowed changes (not a config field)
-
-# Fields that `--allow_config_change` may name: optimizer, loss and the number of steps.
-# They change how training continues from a checkpoint but not the shapes in it,
-# the data or the model. Anything else is refused even when named.
-CHANGEABLE_PREFIXES = ("optim.", "loss.")
-CHANGEABLE_FIELDS = frozenset({"train.num_steps"})
 
 
 class WorkdirError(ValueError):
   """A workdir that cannot be used as asked (locked, other config, damaged file)."""
+
+
+class NotWritable(WorkdirError):
+  """A workdir whose lock cannot be written (read-only file system, permissions)."""
+
+
+# errno values meaning "this folder cannot be written": `Lock` raises NotWritable on them.
+READ_ONLY_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
 
 
 def write_json(path, obj, **kwargs):
@@ -132,12 +147,16 @@ class Lock:
   def acquire(self):
     try:
       return self._acquire()
+    except KeyboardInterrupt:  # a signal deferred while taking the lock: give it back
+      self.release()
+      raise
     except WorkdirError:
       raise
     except OSError as e:
-      raise WorkdirError(f"cannot use workdir {self.workdir}: {e.strerror or e} "
-                         f"({e.filename or self.path}); give a --workdir in a folder you can "
-                         f"write to") from None
+      cls = NotWritable if e.errno in READ_ONLY_ERRNOS else WorkdirError
+      raise cls(f"cannot use workdir {self.workdir}: {e.strerror or e} "
+                f"({e.filename or self.path}); give a --workdir in a folder you can "
+                f"write to") from None
 
   def _acquire(self):
     os.makedirs(self.workdir, exist_ok=True)
@@ -146,7 +165,16 @@ class Lock:
           "argv": " ".join(sys.argv)[:300]}
     for _ in range(3):
       try:
-        fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        with uninterrupted():  # never a lock file without its owner (a signal waits)
+          fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+          try:
+            with os.fdopen(fd, "w") as f:
+              json.dump(me, f)
+          except BaseException:
+            os.unlink(self.path)
+            raise
+          self.held = True
+        return self
       except FileExistsError:
         owner = self._owner()
         if owner is None:
@@ -175,10 +203,6 @@ class Lock:
             f"workdir {self.workdir} is in use by pid {owner.get('pid')} on {where} "
             f"(since {owner.get('since')}: {owner.get('argv', '?')}); {hint}, or use another "
             f"--workdir")
-      with os.fdopen(fd, "w") as f:
-        json.dump(me, f)
-      self.held = True
-      return self
     raise WorkdirError(f"could not take the lock {self.path}: another process keeps "
                        f"recreating it; use another --workdir")
 
@@ -190,13 +214,14 @@ class Lock:
 
   def release(self):
     if self.held:
-      try:
-        owner = self._owner()
-        if owner is None or owner.get("pid") == os.getpid():
-          os.unlink(self.path)
-      except FileNotFoundError:
-        pass
-      self.held = False
+      with uninterrupted():
+        try:
+          owner = self._owner()
+          if owner is None or owner.get("pid") == os.getpid():
+            os.unlink(self.path)
+        except FileNotFoundError:
+          pass
+        self.held = False
 
   def __enter__(self):
     return self.acquire()
@@ -207,80 +232,99 @@ class Lock:
 
 
 # ----------------------------------------------------------------------------
-# Which config a workdir belongs to
+# Interrupts
+
+INTERRUPT_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-def _flat(d):
-  from el_jax import runner
-  return runner.flatten({k: v for k, v in d.items() if k != CHANGES_KEY})
+class Interrupted(KeyboardInterrupt):
+  """SIGINT or SIGTERM received by a run under `catch_interrupts` (el_jax.cli.guard)."""
+
+  def __init__(self, signum):
+    super().__init__(signum)
+    self.signum = int(signum)
+
+  @property
+  def name(self):
+    return signal.Signals(self.signum).name
+
+  @property
+  def exit_status(self):
+    """128 + the signal number, as a shell reports a process killed by it (130, 143)."""
+    return 128 + self.signum
 
 
-def stored_config(workdir):
-  """The config.json of `workdir` as a dict (None if there is none)."""
-  path = os.path.join(workdir, "config.json")
-  if not os.path.exists(path):
-    return None
-  return read_json(path, what="the config this workdir was trained with; move the workdir "
-                   "away or restore the file")
+_deferring = []  # the `uninterrupted` blocks running (main thread only)
 
 
-def parse_allowed(spec):
-  """"optim.lr,optim.warmup_steps" (or a list) -> a tuple of keys, each checked to be changeable."""
-  keys = [k.strip() for k in (spec.split(",") if isinstance(spec, str) else spec or ())]
-  keys = tuple(k for k in keys if k)
-  bad = [k for k in keys if not (k.startswith(CHANGEABLE_PREFIXES) or k in CHANGEABLE_FIELDS)]
-  if bad:
-    raise WorkdirError(
-        f"--allow_config_change cannot allow {', '.join(bad)}: only optimizer and loss fields "
-        f"(optim.*, loss.*) and train.num_steps may change on a trained workdir (the "
-        f"checkpoints hold the model and data of the old config)")
-  return keys
+def _main_thread():
+  return threading.current_thread() is threading.main_thread()
 
 
-def describe_diff(old, new, keys, limit=6):
-  """"a.b: 1 -> 2, c: 'x' -> '<absent>' (and N more)" for the first `limit` of `keys`."""
-  shown = ", ".join(f"{k}: {old.get(k, '<absent>')!r} -> {new.get(k, '<absent>')!r}"
-                    for k in keys[:limit])
-  return shown + (f" (and {len(keys) - limit} more)" if len(keys) > limit else "")
+@contextlib.contextmanager
+def catch_interrupts():
+  """While the block runs, SIGINT and SIGTERM raise `Interrupted` in the main thread (the
+  first one: later ones are ignored, so that the cleanup the first one starts -- releasing
+  the lock, closing checkpoint managers -- is not cut short). Nothing to do outside the
+  main thread."""
+  if not _main_thread():
+    yield
+    return
+  fired = []
+
+  def handler(signum, frame):
+    if fired:  # already stopping
+      return
+    fired.append(Interrupted(signum))
+    raise fired[-1]
+
+  def unraisable(u):
+    # A signal handled while Python ran a garbage-collection callback or a __del__: the
+    # exception cannot leave it and would be lost. Send the signal again, a moment later.
+    if fired and u.exc_value is fired[-1]:
+      fired.clear()
+      resend = threading.Timer(0.05, os.kill, (os.getpid(), u.exc_value.signum))
+      resend.daemon = True
+      resend.start()
+      return
+    previous_hook(u)
+
+  previous = {s: signal.signal(s, handler) for s in INTERRUPT_SIGNALS}
+  previous_hook, sys.unraisablehook = sys.unraisablehook, unraisable
+  try:
+    yield
+  finally:
+    for s, h in previous.items():
+      signal.signal(s, h if h is not None else signal.SIG_DFL)
+    if sys.unraisablehook is unraisable:
+      sys.unraisablehook = previous_hook
 
 
-def check_config(config, workdir, resumable=frozenset(), allow=()):
-  """Refuses a workdir trained with another config; returns the allowed changes.
+@contextlib.contextmanager
+def uninterrupted(what=None):
+  """Defers SIGINT and SIGTERM while the block runs: a signal received meanwhile is
+  delivered again (to whatever handled it before) when the block has ended, so that the
+  block is never cut in half (if the block raised, the interrupt takes the error's place).
+  `what` ("the checkpoint of step 8") is named on stderr when a
+  signal has to wait for it. Nothing to do outside the main thread."""
+  if not _main_thread() or _deferring:  # (nested: the outermost block defers for it)
+    yield
+    return
+  pending = []
 
-  Fields in `resumable` may differ freely (they do not change what is
-  computed); fields in `allow` (see `parse_allowed`) may differ and are
-  returned as {key: [old, new]} so that the caller records them; any other
-  difference is a WorkdirError listing it.
-  """
-  from el_jax import runner
-  old_d = stored_config(workdir)
-  if old_d is None:
-    return {}
-  old, new = _flat(old_d), runner.flatten(runner.config_dict(config))
-  diff = runner.config_diff(old, new, frozenset(resumable))
-  refused = [k for k in diff if k not in allow]
-  if refused:
-    changeable = [k for k in refused if k.startswith(CHANGEABLE_PREFIXES) or k in CHANGEABLE_FIELDS]
-    hint = (f", or continue it with the new value by adding --allow_config_change="
-            f"{','.join(changeable)}" if changeable and len(changeable) == len(refused) else "")
-    raise WorkdirError(
-        f"workdir {workdir} was trained with a different config "
-        f"({describe_diff(old, new, refused)}); its "
-        f"checkpoints and finished seeds do not belong to this config. Use another --workdir, "
-        f"move this one away to start afresh{hint}")
-  return {k: [old.get(k), new.get(k)] for k in diff}
+  def defer(signum, frame):
+    if not pending and what:
+      print(f"{signal.Signals(signum).name} received: finishing {what} first", file=sys.stderr,
+            flush=True)
+    pending.append(signum)
 
-
-def record_config(config, workdir, changes=None, resume_steps=None):
-  """Writes config.json (atomically), keeping and extending its history of allowed changes."""
-  from el_jax import runner
-  old = stored_config(workdir) or {}
-  history = list(old.get(CHANGES_KEY, []))
-  if changes:
-    history.append({"changes": changes, "resume_steps": resume_steps or {},
-                    "time": datetime.datetime.now().isoformat(timespec="seconds")})
-  out = runner.config_dict(config)
-  if history:
-    out[CHANGES_KEY] = history
-  write_json(os.path.join(workdir, "config.json"), out)
-  return history
+  previous = {s: signal.signal(s, defer) for s in INTERRUPT_SIGNALS}
+  _deferring.append(what)
+  try:
+    yield
+  finally:
+    _deferring.pop()
+    for s, h in previous.items():
+      signal.signal(s, h if h is not None else signal.SIG_DFL)
+    if pending:
+      signal.raise_signal(pending[0])

@@ -8,8 +8,6 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PATH_STAR_FILE = os.path.join(os.path.dirname(ROOT), "shared", "data", "path_star",
-                              "deg_2_path_3_nodes_50_test_20000.txt")
 
 
 # The subprocesses of the test suite compile the same few programs again and again (the
@@ -104,3 +102,35 @@ def compilation_cache(folder):
     cc.set_cache_dir(None)
     cc.reset_cache()
     jax.config.update("jax_persistent_cache_min_compile_time_secs", old_min_time)
+
+
+def start_with(prelude, *args, module="el_jax.main", **env_extra):
+  """`start`, with Python code `prelude` run first in the same process (to wrap a function of
+  el_jax or orbax, e.g. to signal the process or fail a write at a chosen point)."""
+  code = (prelude + f"\nimport runpy, sys\nsys.argv[0] = {module!r}\n"
+          f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)\n")
+  return subprocess.Popen([sys.executable, "-c", code, *map(str, args)], cwd=ROOT,
+                          env=env(**env_extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True)
+
+
+def run_with(prelude, *args, timeout=300, **kwargs):
+  """`run` with a `prelude` (see `start_with`); returns the CompletedProcess."""
+  proc = start_with(prelude, *args, **kwargs)
+  try:
+    out, err = proc.communicate(timeout=timeout)
+  except subprocess.TimeoutExpired:
+    proc.kill()
+    raise
+  return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def experiment_script(name):
+  """experiments/<name>.py as a module (the scripts are not a package; nothing is put on
+  sys.path)."""
+  import importlib.util
+  spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "experiments",
+                                                                    f"{name}.py"))
+  mod = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(mod)
+  return mod

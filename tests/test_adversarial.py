@@ -9,11 +9,12 @@ import optax
 import pytest
 
 from el_jax import adversarial
+from el_jax.data import downstream
+from el_jax import job
+from el_jax.models import decoder
 from el_jax import probe
 from el_jax import runner
 from el_jax import train
-from el_jax.data import downstream
-from el_jax.models import decoder
 
 
 def _config(cache_dir, **overrides):
@@ -181,7 +182,7 @@ def test_adversarial_training_runs_end_to_end(cache, tmp_path):
   cfg = _config(cache, num_devices=1, **{
       "adversarial.enabled": True, "adversarial.weight": 0.5, "train.num_steps": 10,
       "train.eval_every": 0, "train.checkpoint_every": 10, "train.log_every": 5})
-  summary = train.train_and_evaluate(cfg, str(tmp_path / "run"))
+  summary = job.train_and_evaluate(cfg, str(tmp_path / "run"))
   with open(tmp_path / "run" / "metrics.jsonl") as f:
     rows = [json.loads(line) for line in f]
   trains = [r for r in rows if r["kind"] == "train"]

@@ -29,10 +29,12 @@ BAD_INVOCATIONS = {
     "bad_value_type": (["--config=configs/copy_task.py:test", "--config.train.num_steps=abc"],
                        r"^error: flag --config\.train\.num_steps=abc: .*int.*'abc'"),
     "missing_file": (["--config=configs/no_such_config.py:test"],
-                     r"^error: could not load --config: .*No such file.*no_such_config\.py"),
+                     r"^error: could not load --config=configs/no_such_config\.py:test: no such "
+                     r"file$"),
     "unknown_variant": (["--config=configs/copy_task.py:bogus"],
-                        r"^error: could not load --config=configs/copy_task\.py:bogus: ValueError: "
-                        r"unknown copy_task variant 'bogus'; valid variants: .*'paper'.*'test'"),
+                        r"^error: could not load --config=configs/copy_task\.py:bogus: "
+                        r"get_config\('bogus'\) raised ValueError: unknown copy_task variant "
+                        r"'bogus'; valid variants: .*'paper'.*'test'"),
     "missing_workdir": (["--config=configs/copy_task.py:test"], r"^--workdir is required"),
 }
 
@@ -91,17 +93,54 @@ def test_every_variant_of_every_config_loads(path):
     assert config.to_dict() == module.get_config(variant).to_dict()
 
 
+def _block_fields():
+  """{block function: {field: line}} of el_jax/config_blocks.py: every field the shared blocks
+  define, each on its own line (`c.<field> = ...`, `train.<field> = ...` or an OPTIM_DEFAULTS
+  entry)."""
+  with open(os.path.join(ROOT, "el_jax", "config_blocks.py")) as f:
+    lines = f.read().splitlines()
+  out, fn = {}, None
+  for line in lines:
+    m = re.match(r"^def (\w+)\(", line) or re.match(r"^(OPTIM_DEFAULTS) = \($", line)
+    if m:
+      fn = m.group(1)
+      continue
+    # Definitions sit at the function's top level (2 spaces); a variant's overrides deeper.
+    m = (re.match(r"^  (?:c|train)\.(\w+) = (.*)$", line)
+         or re.match(r'^    \("(\w+)", (.*)\),.*$', line))
+    if fn and m and not m.group(2).startswith(("ml_collections.ConfigDict()", "loss()",
+                                                "optim(", "flatness()")):
+      out.setdefault(fn, {})[m.group(1)] = line
+  return out
+
+
+def test_every_shared_block_field_has_a_comment():
+  missing = [f"{fn}: {line.strip()}" for fn, fields in _block_fields().items()
+             for line in fields.values() if "  # " not in line]
+  assert not missing, "config_blocks fields without a one-line comment:\n" + "\n".join(missing)
+
+
 @pytest.mark.parametrize("name", ["copy_task.py", "path_star.py"])
 def test_every_training_config_field_has_a_comment(name):
   path = os.path.join(ROOT, "configs", name)
   with open(path) as f:
     lines = f.read().splitlines()
-  # The fields are defined at the top level of get_config (2-space indent);
+  # The fields are defined at the top level of get_config (2-space indent), or by a shared
+  # block of el_jax/config_blocks.py (`c.loss = blocks.loss()`, `blocks.loop(c.train, ...)`);
   # variant overrides inside `if arg == ...` blocks are not definitions.
+  shared = _block_fields()
   defined = {}
   for i, line in enumerate(lines, 1):
     m = re.match(r"^  c\.([\w.]+) = (.*)$", line)
-    if m and not m.group(2).startswith("ml_collections.ConfigDict()"):
+    b = re.match(r"^  c\.(\w+) = blocks\.(\w+)\(", line)
+    if b:
+      fields = shared["OPTIM_DEFAULTS" if b.group(2) == "optim" else b.group(2)]
+      defined.update({f"{b.group(1)}.{k}": (i, v) for k, v in fields.items()})
+    elif re.match(r"^  blocks\.loop\(c\.train", line):
+      loop_fields = {k: v for k, v in shared["loop"].items()
+                     if k not in ("keep_checkpoints", "init_from") or f"{k}=" in line}
+      defined.update({f"train.{k}": (i, v) for k, v in loop_fields.items()})
+    elif m and not m.group(2).startswith("ml_collections.ConfigDict()"):
       defined[m.group(1)] = (i, line)
   missing = [f"line {i}: {line.strip()}" for i, line in defined.values() if "  # " not in line]
   assert not missing, "config fields without a one-line comment:\n" + "\n".join(missing)

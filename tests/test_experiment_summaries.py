@@ -1,19 +1,14 @@
 """Numbers the experiment scripts add to their JSON beside the trained metrics."""
-import importlib.util
 import json
 import os
 
 import numpy as np
+import reliability
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _script(name):
-  spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "experiments",
-                                                                    f"{name}.py"))
-  mod = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(mod)
-  return mod
+_script = reliability.experiment_script
 
 
 def test_train_ce_summary_is_the_seed_mean_over_each_window(tmp_path):
@@ -38,11 +33,11 @@ def test_train_ce_summary_is_the_seed_mean_over_each_window(tmp_path):
 
 def test_data_coverage_counts_easy_test_letters_seen_in_training():
   from el_jax import train
-  from el_jax.demo import make_config
+  from el_jax.grid import make_config
   suite = _script("copy_task_suite")
   for lo in ({}, {"data.num_letters": 500, "data.num_train": 800}):
     got = suite.data_coverage(lo)
-    cfg = make_config("cpu", lo, [0])
+    cfg = make_config("copy_task", "cpu", lo, [0])
     task = train.Setup(cfg).task
     tr, te = task.train, task.test
     seen = {tuple(a) for a, e in zip(tr.answers.tolist(), tr.easy) if e}
@@ -76,32 +71,26 @@ def test_comparisons_recorded_in_experiment_json_match_their_per_seed_values():
   beside it (recomputed here from those values)."""
   from el_jax import runner
   checked = 0
-  path = os.path.join(ROOT, "results", "copy_task_suite", "table3.json")
-  if os.path.exists(path):
-    rows = {r["label"]: r for r in json.load(open(path))}
-    for r in rows.values():
-      if "vs_ce" in r:
-        base = rows[r["vs_ce"]["baseline"]]
-        p = runner.permutation_test(r["per_seed_test_em_hard"], base["per_seed_test_em_hard"])
-        assert r["vs_ce"]["p_value"] == p
+  paths = [os.path.join(ROOT, "results", "copy_task_suite", f"{stage}.json")
+           for stage in ("table3", "fig1_context", "fig1_width")]
+  for path in paths + [os.path.join(ROOT, "results", "demo", "summary.json")]:
+    summ = json.load(open(path))
+    per_seed = {r["label"]: r["per_seed"] for r in summ["rows"]}
+    for metric, comps in summ["comparisons"].items():
+      for c in comps:
+        va, vb = per_seed[c["a"]][metric], per_seed[c["b"]][metric]
+        assert c["p_value"] == runner.permutation_test(va, vb)
+        assert c["mean_a"] == np.mean(va)
         checked += 1
-  path = os.path.join(ROOT, "results", "demo", "summary.json")
-  summ = json.load(open(path))
-  for name, c in summ.get("comparisons", {}).items():
-    a, b = name.split(" vs ")
-    va = [f[c["metric"]] for f in summ["per_seed"][a]]
-    vb = [f[c["metric"]] for f in summ["per_seed"][b]]
-    assert c["p_value"] == runner.permutation_test(va, vb)
-    assert c["mean_a"] == np.mean(va)
-    checked += 1
-  assert checked > 0
+      assert [c["p_holm"] for c in comps] == runner.holm([c["p_value"] for c in comps])
+  assert checked > 16  # Table 3 (8), Figure 1 (4 + 4) and the demo
 
 
 def test_mlm_flatness_comparisons_and_readme_rows_match_their_points():
   """results/mlm_flatness: the first-vs-last comparisons recompute from the stored points,
-  and every README row of the Figure 1 / 3 tables is the JSON rounded."""
+  and every row of the Figure 1 / 3 tables on the results page is the JSON rounded."""
   from el_jax import runner
-  readme = open(os.path.join(ROOT, "README.md")).read()
+  readme = open(os.path.join(ROOT, "docs", "results", "seed002_flatness.md")).read()
   for lang in ("pcfg", "hmm"):
     with open(os.path.join(ROOT, "results", "mlm_flatness", f"training_{lang}.json")) as f:
       r = json.load(f)
@@ -120,39 +109,44 @@ def test_mlm_flatness_comparisons_and_readme_rows_match_their_points():
       assert row in readme, row
 
 
-def test_loss_baselines_table_recomputes_from_its_runs_and_readme():
-  """results/loss_baselines: each loss's setting is the argmax of its validation grid
-  (select.json), every comparison and Holm-adjusted p recomputes from the per-seed values
-  beside it, and the README's table is the script's own text of that JSON."""
+def test_loss_baselines_table_recomputes_from_its_runs():
+  """results/loss_baselines (el_jax.grid files): each loss's setting is the argmax of its
+  validation grid (select.json), and every comparison of test.json / label_copy.json with its
+  Holm-adjusted p recomputes from the per-seed values of the rows beside it. (The page's
+  tables are the report's rendering of these files, checked by tests/test_report.py.)"""
   from el_jax import runner
   lb = _script("loss_baselines")
   out = os.path.join(ROOT, "results", "loss_baselines")
   with open(os.path.join(out, "table.json")) as f:
     res = json.load(f)
-  select = json.load(open(os.path.join(out, "select.json")))
+  select = json.load(open(os.path.join(out, "select.json")))["rows"]
+  for r in select:
+    assert r["aggregate"][lb.SELECT_METRIC]["mean"] == np.mean(r["per_seed"][lb.SELECT_METRIC])
   for loss, over in res["chosen"].items():
-    scores = {r["label"]: r[lb.SELECT_METRIC] for r in select if r["loss"] == loss}
+    scores = {r["label"]: r["aggregate"][lb.SELECT_METRIC]["mean"] for r in select
+              if r["loss"] == loss}
     assert len(scores) == len(lb.GRID[loss])
     assert scores[lb.point_name(over)] == max(scores.values()), loss
   assert res["chosen"] == lb.chosen(out)
-  readme = open(os.path.join(ROOT, "README.md")).read()
   for part in ("test", "label_copy"):
-    rows = {r["label"]: r for r in res[part]}
+    doc = json.load(open(os.path.join(out, f"{part}.json")))
+    rows = {r["label"]: r for r in doc["rows"]}
     assert len(rows) == len(lb.GRID) + 1  # every loss and CE without warmup
-    for key, ref in (("vs_ce", "ce_no_warmup"), ("vs_ce_warmup", "ce")):
-      fam = [r for r in res[part] if key in r]
-      assert len(fam) == (len(lb.GRID) if key == "vs_ce" else len(lb.GRID) - 1)
-      for r in fam:
-        got = runner.compare(r["per_seed"][lb.TEST_METRIC], rows[ref]["per_seed"][lb.TEST_METRIC])
-        assert {k: r[key][k] for k in got} == got
-      assert [r[key]["p_holm"] for r in fam] == runner.holm([r[key]["p_value"] for r in fam])
-    for r in res[part]:
+    assert {k: rows[k]["point"] for k in lb.GRID} == res["chosen"]
+    for fam, ref in (("vs_ce", "ce_no_warmup"), ("vs_ce_warmup", "ce")):
+      comps = doc["comparisons"][fam]
+      assert len(comps) == (len(lb.GRID) if fam == "vs_ce" else len(lb.GRID) - 1)
+      for c in comps:
+        assert c["b"] == ref and c["metric"] == lb.TEST_METRIC
+        got = runner.compare(rows[c["a"]]["per_seed"][lb.TEST_METRIC],
+                             rows[ref]["per_seed"][lb.TEST_METRIC])
+        assert {k: c[k] for k in got} == got
+      assert [c["p_holm"] for c in comps] == runner.holm([c["p_value"] for c in comps])
+    for r in doc["rows"]:
       assert r["aggregate"][lb.TEST_METRIC]["mean"] == np.mean(r["per_seed"][lb.TEST_METRIC])
-    c = res[f"{part}_best_baseline_vs_e1"]
-    seed001 = [r for r in res[part] if r["label"] not in ("ce_no_warmup", "ce", "e1", "e2", "e3")]
+    (c,) = doc["comparisons"]["best_baseline_vs_e1"]
+    seed001 = [r for r in doc["rows"] if r["label"] not in ("ce_no_warmup", "ce", "e1", "e2", "e3")]
     assert len(seed001) == len(lb.GRID) - 4
     best = max(seed001, key=lambda r: np.mean(r["per_seed"][lb.TEST_METRIC]))
     got = runner.compare(best["per_seed"][lb.TEST_METRIC], rows["e1"]["per_seed"][lb.TEST_METRIC])
-    assert c == {"baseline": best["label"], **got}
-  for line in lb.table_text(res).splitlines():
-    assert line.rstrip() in readme, line
+    assert (c["a"], c["b"]) == (best["label"], "e1") and {k: c[k] for k in got} == got

@@ -1,9 +1,12 @@
 """train.init_from (continue another run's parameters with a fresh optimizer), reading
-params of saved checkpoints (train.restore_params) and keeping every checkpoint."""
+params of saved checkpoints (checkpoint.restore_params) and keeping every checkpoint."""
 import jax
 import numpy as np
 import pytest
 
+from el_jax import checkpoint
+from el_jax import job
+from el_jax import metrics as metrics_lib
 from el_jax import runner
 from el_jax import train
 
@@ -16,37 +19,37 @@ def _config(**overrides):
 def test_init_from_starts_at_the_other_runs_parameters(tmp_path):
   first = _config()
   first.train.keep_checkpoints = 0  # keep every checkpoint (steps 4 and 8)
-  a = train.train_and_evaluate(first, str(tmp_path / "a"))
-  assert train.checkpoint_steps(str(tmp_path / "a"), 0) == [4, 8]
+  a = job.train_and_evaluate(first, str(tmp_path / "a"))
+  assert checkpoint.checkpoint_steps(str(tmp_path / "a"), 0) == [4, 8]
 
   second = _config(**{"optim.name": "sgd", "optim.lr": 1e-9})
   second.train.init_from = str(tmp_path / "a")
   b_dir = str(tmp_path / "b")
-  train.train_and_evaluate(second, b_dir)
-  rows = runner.read_metrics(b_dir)
+  job.train_and_evaluate(second, b_dir)
+  rows = metrics_lib.read_rows(b_dir)
   step0 = [r for r in rows if r["kind"] == "eval" and r["step"] == 0][0]
   final_a = a["per_seed"][0]
   for key in ("train_em_all", "test_cl_all", "valid_cl_hard"):
     assert step0[key] == final_a[key], key  # same parameters, evaluated again
 
   trainer = train.Trainer(train.Setup(second))  # an SGD trainer reads the AdamW run's params
-  p8 = train.restore_params(trainer, str(tmp_path / "a"), 0)
-  p4 = train.restore_params(trainer, str(tmp_path / "a"), 0, step=4)
-  pb = train.restore_params(trainer, b_dir, 0)
+  p8 = checkpoint.restore_params(trainer, str(tmp_path / "a"), 0)
+  p4 = checkpoint.restore_params(trainer, str(tmp_path / "a"), 0, step=4)
+  pb = checkpoint.restore_params(trainer, b_dir, 0)
   leaves = lambda t: jax.tree.leaves(jax.device_get(t))  # noqa: E731
   diff48 = max(float(np.abs(x - y).max()) for x, y in zip(leaves(p8), leaves(p4)))
   diffb8 = max(float(np.abs(x - y).max()) for x, y in zip(leaves(p8), leaves(pb)))
   assert diff48 > 1e-4 and diffb8 < 1e-6  # lr 1e-9: b barely moved from a's step 8
   with pytest.raises(ValueError, match=r"no checkpoint of seed 0 at step 5; saved steps: \[4, 8\]"):
-    train.restore_params(trainer, str(tmp_path / "a"), 0, step=5)
+    checkpoint.restore_params(trainer, str(tmp_path / "a"), 0, step=5)
 
 
 def test_init_from_a_different_model_names_the_parameter(tmp_path):
-  train.train_and_evaluate(_config(), str(tmp_path / "a"))
+  job.train_and_evaluate(_config(), str(tmp_path / "a"))
   other = _config(**{"model.num_layers": 3})
   other.train.init_from = str(tmp_path / "a")
   with pytest.raises(ValueError, match=r"parameter blocks\.2\..* is missing, this model needs"):
-    train.train_and_evaluate(other, str(tmp_path / "c"))
+    job.train_and_evaluate(other, str(tmp_path / "c"))
   missing = _config()
   missing.train.init_from = str(tmp_path / "nowhere")
   with pytest.raises(ValueError, match=r"train\.init_from=.*nowhere.* is not a workdir"):
@@ -63,12 +66,12 @@ def test_model_pretrained_fine_tunes_from_a_gpt2_checkpoint(tmp_path):
   pretrained.save_gpt2(str(tmp_path / "gpt2"), setup.model_cfg, ckpt_params)
   cfg.model.pretrained = str(tmp_path / "gpt2")
   cfg.seeds = (0, 1)  # every seed starts from the checkpoint (its buffers are not donated away)
-  train.train_and_evaluate(cfg, str(tmp_path / "ft"))
+  job.train_and_evaluate(cfg, str(tmp_path / "ft"))
   trainer = train.Trainer(train.Setup(cfg))
   ckpt = jax.tree.leaves(jax.device_get(ckpt_params))
   init0 = jax.tree.leaves(jax.device_get(decoder.init(setup.model_cfg, 0)[1]))
   for seed in cfg.seeds:
-    after = jax.tree.leaves(jax.device_get(train.restore_params(trainer, str(tmp_path / "ft"),
+    after = jax.tree.leaves(jax.device_get(checkpoint.restore_params(trainer, str(tmp_path / "ft"),
                                                                 seed)))
     assert max(float(np.abs(x - y).max()) for x, y in zip(after, ckpt)) < 1e-6
     assert max(float(np.abs(x - y).max()) for x, y in zip(after, init0)) > 1e-2

@@ -17,10 +17,11 @@ import optax
 import pytest
 
 from el_jax import losses
+from el_jax.models import decoder
 from el_jax import optim
 from el_jax import runner
+from el_jax import step as step_lib
 from el_jax import train
-from el_jax.models import decoder
 
 BASELINES = ("label_smoothing", "z_loss", "spherical_z", "focal", "dice", "gce",
              "spectral_decoupling")
@@ -359,7 +360,7 @@ def test_reweight_shapes_and_limits():
 def test_mean_reduction_is_the_old_masked_mean():
   l, m = _batch(seed=5)
   got = losses.reduce(l, m)
-  np.testing.assert_array_equal(got, train._masked_mean(jnp.asarray(l), jnp.asarray(m)))
+  np.testing.assert_array_equal(got, step_lib.masked_mean(jnp.asarray(l), jnp.asarray(m)))
   np.testing.assert_array_equal(got, losses.reduce_loss(l, m))
   np.testing.assert_allclose(got, np.sum(l * m) / np.sum(m), rtol=1e-6)
   assert losses.get_reduction_from_config({"name": "ce"}) is losses.get_reduction("mean")
@@ -399,7 +400,7 @@ def test_train_step_objective_is_the_reduction(monkeypatch):
   state = {"params": {"w": jnp.asarray(w0)}, "opt_state": tx.init({"w": jnp.asarray(w0)}),
            "step": jnp.zeros((), jnp.int32)}
   hp = {"reweight_strategy": "quadratic", "reweight_r": 0.5}
-  step = jax.jit(functools.partial(train.train_step, None, loss_fn, tx, (),
+  step = jax.jit(functools.partial(step_lib.train_step, None, loss_fn, tx, (),
                                    reduce_fn=losses.get_reduction("reweight", **hp)))
   new_state, metrics = step(state, batch)
   per_tok = np.asarray(loss_fn(w0[batch["inputs"]], batch["targets"]), np.float64)

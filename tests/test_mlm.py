@@ -10,13 +10,14 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from el_jax import runner
-from el_jax import train
 from el_jax.data import hmm as hmm_lib
 from el_jax.data import mlm_data
 from el_jax.data import pcfg as pcfg_lib
+from el_jax import job
 from el_jax.models import decoder
+from el_jax import runner
 from el_jax.tasks import mlm
+from el_jax import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -277,7 +278,7 @@ def test_hmm_corpus_conventions(tmp_path):
 @pytest.mark.parametrize("name", ["pcfg_mlm", "hmm_mlm"])
 def test_train_and_evaluate_lowers_the_gap(name, cache, tmp_path):
   # One device: the loop's 8-device sharding is tested elsewhere, and compiles slower.
-  summary = train.train_and_evaluate(_config(name, cache, num_devices=1), str(tmp_path / "run"))
+  summary = job.train_and_evaluate(_config(name, cache, num_devices=1), str(tmp_path / "run"))
   with open(tmp_path / "run" / "metrics.jsonl") as f:
     evals = [r for r in map(json.loads, f) if r["kind"] == "eval"]
   first, last = evals[0], evals[-1]

@@ -17,6 +17,7 @@ import time
 import numpy as np
 import pytest
 
+from el_jax import checkpoint
 from el_jax import distributed
 from el_jax import launch
 import reliability as rel
@@ -104,12 +105,12 @@ def test_two_processes_log_the_metrics_rows_of_one(runs):
 
 def test_checkpoints_saved_by_both_processes_hold_the_same_params(runs):
   """The 2-process checkpoint (saved by both processes through orbax) is complete, and
-  `train.load_params_from` (train.init_from, restore_params) reads it in one process."""
+  `checkpoint.load_params_from` (train.init_from, restore_params) reads it in one process."""
   import jax
   import orbax.checkpoint as ocp
   from el_jax import train
   for workdir, _ in runs.values():
-    assert train.checkpoint_steps(str(workdir), 0) == [2, 4]
+    assert checkpoint.checkpoint_steps(str(workdir), 0) == [2, 4]
   mngr = ocp.CheckpointManager(str(runs["one"][0] / "seed_0" / "checkpoints"))
   try:
     one = mngr.restore(4, args=ocp.args.StandardRestore())["params"]
@@ -117,7 +118,7 @@ def test_checkpoints_saved_by_both_processes_hold_the_same_params(runs):
     mngr.close()
   abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), one)
   here = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-  two, step = train.load_params_from(str(runs["two"][0]), 0, abstract, here)
+  two, step = checkpoint.load_params_from(str(runs["two"][0]), 0, abstract, here)
   assert step == 4
   flat_one = jax.tree_util.tree_flatten_with_path(one)[0]
   flat_two = dict(jax.tree_util.tree_flatten_with_path(two)[0])

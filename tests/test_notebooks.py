@@ -1,11 +1,17 @@
 """Notebooks are code: paired with their jupytext .py, stripped of outputs, executed.
 
-Every colab/*.ipynb is checked for sync with its .py; copy_task.ipynb and
-mlm_flatness.ipynb are executed here (colab/ntp_linear.ipynb runs in
+Every colab/*.ipynb is checked for sync with its .py, and opens with the same install
+cell (the one place where a user sets EL_JAX_REPO); copy_task.ipynb, mlm_flatness.ipynb
+and path_star.ipynb are executed here (colab/ntp_linear.ipynb runs in
 tests/test_ntp_notebook.py).
 """
 import glob
+import importlib.util
+import json
 import os
+import re
+import subprocess
+import sys
 
 import jupytext
 import nbformat
@@ -20,8 +26,64 @@ def _cells(notebook):
   return [(c.cell_type, c.source.strip()) for c in notebook.cells]
 
 
-def test_copy_task_notebook_is_found():
-  assert os.path.join(ROOT, "colab", "copy_task.ipynb") in NOTEBOOKS
+INSTALL_FIRST_LINE = ('EL_JAX_REPO = ""  # <- set this to your el_jax repository URL '
+                      '(git clone URL), e.g. https://github.com/<you>/el_jax.git')
+
+
+def _install_cell(path):
+  """The source of the first code cell of notebook `path`."""
+  return next(c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code")
+
+
+def test_notebooks_are_found():
+  for name in ("copy_task", "mlm_flatness", "ntp_linear", "path_star"):
+    assert os.path.join(ROOT, "colab", f"{name}.ipynb") in NOTEBOOKS
+
+
+def test_every_notebook_opens_with_the_same_install_cell():
+  # One place to set the repository URL: the first line of the first code cell, and that
+  # cell is the same in every notebook (edit one, copy it to the others, regenerate).
+  cells = {os.path.basename(p): _install_cell(p) for p in NOTEBOOKS}
+  first = cells["copy_task.ipynb"]
+  assert first.splitlines()[0] == INSTALL_FIRST_LINE
+  for name, cell in cells.items():
+    assert cell == first, f"colab/{name}: its first code cell differs from copy_task's"
+
+
+def _exec_install_cell(monkeypatch, tmp_path, env_repo=None, cell_repo=""):
+  """Runs the install cell as on Colab (el_jax not importable), with subprocess.run
+  recorded instead of run; returns the recorded commands."""
+  src = _install_cell(NOTEBOOKS[0])
+  src = src.replace('EL_JAX_REPO = ""', f"EL_JAX_REPO = {cell_repo!r}", 1)
+  real_find_spec = importlib.util.find_spec
+  monkeypatch.setattr(importlib.util, "find_spec",
+                      lambda name, *a: None if name == "el_jax" else real_find_spec(name, *a))
+  calls = []
+  monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: calls.append(cmd))
+  monkeypatch.setattr(sys, "path", list(sys.path))
+  if env_repo is None:
+    monkeypatch.delenv("EL_JAX_REPO", raising=False)
+  else:
+    monkeypatch.setenv("EL_JAX_REPO", env_repo)
+  monkeypatch.chdir(tmp_path)
+  exec(compile(src, "install_cell", "exec"), {})
+  return calls
+
+
+def test_install_cell_without_a_url_says_what_to_set(monkeypatch, tmp_path):
+  with pytest.raises(RuntimeError, match="set EL_JAX_REPO in the first code cell"):
+    _exec_install_cell(monkeypatch, tmp_path)
+
+
+def test_install_cell_clones_and_installs(monkeypatch, tmp_path):
+  url = "https://example.org/me/el_jax.git"
+  calls = _exec_install_cell(monkeypatch, tmp_path, cell_repo=url)
+  assert calls == [["git", "clone", "-q", url, "el_jax_repo"],
+                   [sys.executable, "-m", "pip", "install", "-q", "-e", "el_jax_repo"]]
+  assert sys.path[0] == os.path.join(str(tmp_path), "el_jax_repo")
+  # The environment variable wins over the cell.
+  calls = _exec_install_cell(monkeypatch, tmp_path, env_repo="/srv/el_jax", cell_repo=url)
+  assert calls[0] == ["git", "clone", "-q", "/srv/el_jax", "el_jax_repo"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=os.path.basename)
@@ -76,3 +138,35 @@ def test_mlm_flatness_notebook_runs(tmp_path, monkeypatch):
     assert needle in text, text
   assert (tmp_path / "run" / "seed_0" / "final.json").exists()
   assert [o for o in outputs if "data" in o and "image/png" in o.data]  # the gap plot
+
+
+def test_path_star_notebook_runs(tmp_path, monkeypatch):
+  monkeypatch.setenv("EL_JAX_NOTEBOOK_VARIANT", "test")
+  monkeypatch.setenv("EL_JAX_NOTEBOOK_WORKDIR", str(tmp_path / "run"))
+  monkeypatch.setenv("EL_JAX_CACHE", str(tmp_path / "cache"))  # the unpacked test set
+  monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+  # CE and E1 share the init and decoding programs: compile them once.
+  monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(tmp_path / "jax_cache"))
+  monkeypatch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+  nb = nbformat.read(os.path.join(ROOT, "colab", "path_star.ipynb"), as_version=4)
+  NotebookClient(nb, timeout=300, kernel_name="python3",
+                 resources={"metadata": {"path": ROOT}}).execute()
+  outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+  text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
+  assert "CpuDevice" in text and "variant 'test': G(2,3) over 50 nodes" in text, text
+  num = r"\d\.\d{3} \(\d\.\d{3}, \d\.\d{3}\)"
+  for run in ("CE", "E1 + warmup"):
+    for split in ("test", "valid", "train"):
+      assert re.search(rf"^{re.escape(run)} +{split} +{num} +{num} +{num}", text, re.M), text
+  assert re.search(rf"^CE +test( +{num}){{3}} +0\.289 \(0\.123, 0\.472\)$", text, re.M), text
+  assert re.search(rf"^E1 \+ warmup +test( +{num}){{3}} +0\.655 \(0\.486, 0\.976\)$", text,
+                   re.M), text
+  assert "chance on the decision token: 1/d = 0.500" in text
+  images = [o for o in outputs if "data" in o and "image/png" in o.data]
+  assert len(images) == 3  # per-token losses (both runs), test accuracy per token (each run)
+  for name in ("ce", "e1_warmup"):
+    run = tmp_path / "run" / name
+    assert (run / "seed_0" / "final.json").exists()
+    config = json.loads((run / "config.json").read_text())
+    assert config["data"]["test_file"] == "reference" and config["data"]["degree"] == 2
+  assert (tmp_path / "cache" / "path_star" / "deg_2_path_3_nodes_50_test_20000.txt").exists()

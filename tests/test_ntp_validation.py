@@ -207,7 +207,7 @@ def test_workdir_of_another_config_is_refused_and_the_same_config_reruns(tmp_pat
 
 
 def test_workdir_from_before_config_json_is_judged_by_its_summary(tmp_path):
-  # Workdirs written before config.json existed (e.g. results/ntp/fig1) record
+  # Workdirs written before config.json existed (e.g. results/ntp_convergence/fig1) record
   # their config only in summary.json.
   old = _config(**FAST).to_dict()
   (tmp_path / "summary.json").write_text(json.dumps({"config": old, "runs": {}}))

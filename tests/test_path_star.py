@@ -1,10 +1,9 @@
 """Path-star graphs: generator invariants and distribution, reference files, tokens, variants, accuracy.
 
-The reference files in ../shared/data/path_star/ were written by the
-reference implementation, not by el_jax.
+The reference files (shipped xz-compressed in el_jax/data/resources/path_star/, unpacked by
+`el_jax.data.path_star_test_file`) were written by the reference implementation, not by el_jax.
 """
 import collections
-import glob
 import os
 import re
 import types
@@ -13,13 +12,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from el_jax import data
 from el_jax.data import path_star as ps
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-REF_DIR = os.path.join(ROOT, "..", "shared", "data", "path_star")
-REF_FILES = sorted(glob.glob(os.path.join(REF_DIR, "*.txt")))
-NO_REF = (f"the reference implementation's test files (*.txt) are not in {os.path.normpath(REF_DIR)}, "
-          "the shared data folder beside the repository; these tests check el_jax against them")
+REF_SETS = sorted(data.PATH_STAR_TEST_SETS)  # (degree, path_len, num_nodes) of the shipped files
 LINE_RE = re.compile(r"^\d+,\d+(\|\d+,\d+)*/\d+,\d+=\d+(,\d+)*$")
 
 
@@ -138,10 +134,11 @@ def test_too_few_nodes_is_an_error_up_front():
   ps.generate(2, 4, 3, 9, seed=0)  # exactly enough nodes is fine
 
 
-@pytest.mark.skipif(not REF_FILES, reason=NO_REF)
-@pytest.mark.parametrize("path", REF_FILES, ids=os.path.basename)
-def test_reference_file_round_trip_and_tokens(path):
+@pytest.mark.parametrize("key", REF_SETS, ids=lambda k: "deg_{}_path_{}_nodes_{}".format(*k))
+def test_reference_file_round_trip_and_tokens(key):
+  path = data.path_star_test_file(*key)
   spec = _spec_of_file(path)
+  assert (spec.degree, spec.path_len, spec.num_nodes) == key
   with open(path) as f:
     lines = f.read().splitlines()
   assert len(lines) == 20_000
@@ -457,14 +454,24 @@ def test_train_end_to_end_on_test_config(tmp_path, variant):
   assert again["per_seed"] == summ["per_seed"]
 
 
-@pytest.mark.skipif(not REF_FILES, reason=NO_REF)
-def test_reference_test_file_through_config():
+@pytest.mark.parametrize("how", ["reference", "pattern"])
+def test_reference_test_file_through_config(how):
   from el_jax import train
-  tmpl = os.path.join(REF_DIR, "deg_{degree}_path_{path_len}_nodes_{num_nodes}_test_20000.txt")
+  ref_dir = os.path.dirname(data.path_star_test_file(5, 3, 50))
+  tmpl = os.path.join(ref_dir, "deg_{degree}_path_{path_len}_nodes_{num_nodes}_test_20000.txt")
   st = train.make_setup(_config(**{"data.num_nodes": 50, "data.degree": 5,
-                                   "data.test_file": tmpl, "data.num_test": 100})).task
+                                   "data.test_file": tmpl if how == "pattern" else "reference",
+                                   "data.num_test": 100})).task
   assert len(st.test) == 100
-  assert st.test_file.endswith("deg_5_path_3_nodes_50_test_20000.txt")
+  assert st.test_file == data.path_star_test_file(5, 3, 50)
   with open(st.test_file) as f:
     first = f.readline().strip()
   assert st.test.lines()[0] == first
+
+
+def test_reference_test_file_not_shipped_is_a_clear_error():
+  from el_jax import train
+  with pytest.raises(ValueError, match=r"no path-star test set is shipped for degree=3, "
+                     r"path_len=3, num_nodes=50; shipped: \(degree=2, path_len=3, num_nodes=50\)"):
+    train.make_setup(_config(**{"data.num_nodes": 50, "data.degree": 3,
+                                "data.test_file": "reference"}))

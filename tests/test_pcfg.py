@@ -2,7 +2,6 @@
 import functools
 import itertools
 import math
-import os
 import re
 import subprocess
 import sys
@@ -11,12 +10,12 @@ import numpy as np
 import pytest
 import scipy.stats
 
+from el_jax.data import PCFG_GRAMMAR
 from el_jax.data import pcfg
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# The paper's grammar, in the shared data folder beside the repository (as for the
-# path-star reference files): these tests check el_jax against it, so it must be there.
-GRAMMAR = os.path.join(ROOT, "..", "shared", "data", "pcfg", "rule_deep_mlm.txt")
+# The paper's grammar, shipped with el_jax (el_jax/data/resources/README.md): these tests
+# check el_jax against it.
+GRAMMAR = PCFG_GRAMMAR
 
 # Unary chains S -> S1 -> A -> C, a unary cycle A -> C -> A (probability 0.03),
 # recursion through binary rules, and a word (c) emitted by several symbols.

@@ -1,5 +1,4 @@
 """Linear probe, fine-tuning and the downstream data of seed paper 002."""
-import os
 
 import jax
 import jax.numpy as jnp
@@ -7,13 +6,13 @@ import numpy as np
 import pytest
 
 from el_jax import probe
+from el_jax.data import PCFG_GRAMMAR
 from el_jax.data import downstream
 from el_jax.data import hmm as hmm_lib
 from el_jax.data import pcfg
 from el_jax.models import decoder
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-GRAMMAR = os.path.join(ROOT, "..", "shared", "data", "pcfg", "rule_deep_mlm.txt")
+GRAMMAR = PCFG_GRAMMAR  # the paper's grammar, shipped with el_jax
 
 
 @pytest.fixture(autouse=True)

@@ -60,12 +60,28 @@ def test_drops_matching_reports_and_keeps_the_rest_in_order():
   assert _filtered([text[i:i + 37] for i in range(0, len(text), 37)]) == want
 
 
-def test_el_jax_error_line_ends_an_unfinished_report():
+def test_el_jax_error_line_goes_through_amid_an_unfinished_report():
+  # The main thread's error line comes amid another thread's report: it goes through at
+  # once, and the report stays held (passed whole if it names nothing to drop, else dropped).
   text = f"Traceback (most recent call last):\n  File \"x.py\", line 1\nerror: {PATH} damaged\n"
-  # The unfinished block names nothing to drop... except the error line, which is kept.
-  assert _filtered([text]) == text
+  assert _filtered([text]) == \
+      f"error: {PATH} damaged\nTraceback (most recent call last):\n  File \"x.py\", line 1\n"
   assert _filtered([f"Traceback (most recent call last):\n  at {PATH}\nerror: one line\n"]) \
       == "error: one line\n"
+  for own in ("error: one line\n", "interrupted (SIGTERM); run the same command again\n"):
+    assert _filtered(["Traceback (most recent call last):\n", own, "  File \"a\"\n",
+                      "RuntimeError: Event loop is closed\n"]) == own
+
+
+def test_the_rest_of_a_report_cut_by_another_is_dropped_too():
+  # Two threads' reports interleaved: the first one's tail, outside any block, is held by its
+  # indentation and dropped with its last line.
+  text = ("Traceback (most recent call last):\nTraceback (most recent call last):\n"
+          "  File \"base_events.py\", line 519\nRuntimeError: Event loop is closed\n"
+          "  File \"base_events.py\", line 519\n    raise RuntimeError('Event loop is closed')\n"
+          "RuntimeError: Event loop is closed\nsummary line\n")
+  assert _filtered([text]) == "summary line\n"
+  assert _filtered(list(text)) == "summary line\n"
 
 
 def test_partial_lines_go_through_at_once():

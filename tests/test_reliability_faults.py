@@ -170,3 +170,134 @@ def test_diverged_run_is_continued_with_a_lower_learning_rate(tmp_path):
   other = rel.run(*bad, "--config.optim.lr=1e-3", "--config.model.num_layers=1",
                   "--allow_config_change=optim.lr")
   rel.assert_one_line_error(other, r"model\.num_layers: 2 -> 1")
+
+
+def test_fewer_steps_than_the_workdir_reached_is_refused_untouched(tmp_path):
+  workdir = tmp_path / "run"
+  assert rel.run(COPY, f"--workdir={workdir}").returncode == 0  # finished at step 8
+  before = rel.snapshot(workdir)
+  proc = rel.run(COPY, f"--workdir={workdir}", "--config.train.num_steps=4",
+                 "--allow_config_change=train.num_steps")
+  rel.assert_one_line_error(proc, rf"workdir {workdir} finished at step 8 \(seed 0\); "
+                                  r"train\.num_steps=4 is fewer: .*Keep train\.num_steps >= 8")
+  assert rel.snapshot(workdir) == before  # config.json still says 8, as summary.json does
+  # A checkpoint past the new num_steps (a run stopped at step 8 of 12) is refused the same way.
+  stopped = tmp_path / "stopped"
+  assert rel.run(COPY, f"--workdir={stopped}", "--config.train.num_steps=12",
+                 "--config.train.stop_at_step=8").returncode == 0
+  before = rel.snapshot(stopped)
+  proc = rel.run(COPY, f"--workdir={stopped}", "--config.train.num_steps=6",
+                 "--allow_config_change=train.num_steps")
+  rel.assert_one_line_error(proc, rf"workdir {stopped} has a checkpoint at step 8 \(seed 0\); "
+                                  r"train\.num_steps=6 is fewer")
+  assert rel.snapshot(stopped) == before
+
+
+def test_evaluation_missed_at_a_stop_is_logged_by_the_next_run(tmp_path):
+  # Interrupted during the evaluation that follows the checkpoint of step 4 (train.stop_at_step
+  # =4): the rerun, already at its stop, logs that evaluation from the checkpoint.
+  workdir = tmp_path / "run"
+  assert rel.run(COPY, f"--workdir={workdir}", "--config.train.stop_at_step=4").returncode == 0
+  metrics = workdir / "metrics.jsonl"
+  rows = rel.read_jsonl(metrics)
+  lost = [r for r in rows if r["kind"] == "eval" and r["step"] == 4]
+  assert len(lost) == 1
+  metrics.write_text("".join(json.dumps(r) + "\n" for r in rows if r not in lost))
+  proc = rel.run(COPY, f"--workdir={workdir}", "--config.train.stop_at_step=4")
+  assert proc.returncode == 0, proc.stderr
+  assert "seed 0: logging the eval row of step 4, which an interrupted run did not" in proc.stderr
+  assert [r for r in rel.read_jsonl(metrics) if r["kind"] == "eval" and r["step"] == 4] == lost
+
+
+def _mount(*args):
+  """`mount *args` if this process may (root with CAP_SYS_ADMIN); whether it did."""
+  if os.geteuid() != 0:
+    return False
+  return subprocess.run(["mount", *map(str, args)], capture_output=True).returncode == 0
+
+
+# Without a small file system to fill (not root): the save fails as a full disk's does.
+_FULL_DISK = """
+import errno
+import orbax.checkpoint as ocp
+_orig = ocp.CheckpointManager.save
+def _save(self, step, *args, **kwargs):
+  if step == 8:
+    raise OSError(errno.ENOSPC, "No space left on device", f"{self.directory}/{step}")
+  return _orig(self, step, *args, **kwargs)
+ocp.CheckpointManager.save = _save
+"""
+
+
+def test_full_disk_during_a_checkpoint_save_is_one_line_and_resumable(tmp_path):
+  args = [COPY, "--config.train.num_steps=40", "--config.train.eval_every=8"]
+  ref = tmp_path / "ref"
+  assert rel.run(*args, f"--workdir={ref}").returncode == 0
+  disk = tmp_path / "disk"
+  disk.mkdir()
+  workdir = disk / "run"
+  tmpfs = _mount("-t", "tmpfs", "-o", "size=300k", "tmpfs", disk)  # one checkpoint fits, not two
+  try:
+    proc = (rel.run(*args, f"--workdir={workdir}") if tmpfs
+            else rel.run_with(_FULL_DISK, *args, f"--workdir={workdir}"))
+    rel.assert_one_line_error(
+        proc, r"could not save the checkpoint of step (\d+) \(.*/seed_0/checkpoints/\1\): no "
+              r"space left on device \(ENOSPC\) on .*Nothing is lost: the run is resumable; "
+              r"free some space and run the same command again to resume from (the checkpoint "
+              r"of step \d+|the start \(no checkpoint of this seed was complete\))$")
+    assert len([x for x in proc.stderr.splitlines() if x.strip()]) <= 2, proc.stderr[-3000:]
+    assert not (workdir / ".lock").exists()
+    assert not list(workdir.glob("seed_0/checkpoints/*.orbax-checkpoint-tmp*"))
+    if tmpfs:
+      subprocess.run(["mount", "-o", "remount,size=8M", str(disk)], check=True)
+    proc = rel.run(*args, f"--workdir={workdir}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((workdir / "summary.json").read_text())
+    assert summary["per_seed"] == json.loads((ref / "summary.json").read_text())["per_seed"]
+    evals = [r["step"] for r in rel.read_jsonl(workdir / "metrics.jsonl") if r["kind"] == "eval"]
+    assert evals == [0, 8, 16, 24, 32, 40]
+  finally:
+    if tmpfs:
+      subprocess.run(["umount", str(disk)], check=True)
+
+
+_READ_ONLY_LOCK = """
+import errno
+from el_jax import workdir as wd
+def _acquire(self):
+  raise OSError(errno.EROFS, "Read-only file system", self.path)
+wd.Lock._acquire = _acquire
+"""
+
+
+def test_finished_run_on_a_read_only_workdir_is_reported(tmp_path):
+  workdir = tmp_path / "run"
+  assert rel.run(COPY, f"--workdir={workdir}").returncode == 0
+  before = rel.snapshot(workdir)
+  root = os.geteuid() == 0
+  mounted = root and _mount("--bind", workdir, workdir)
+  try:
+    if mounted:
+      assert _mount("-o", "remount,ro,bind", workdir)
+    elif not root:
+      os.chmod(workdir, 0o555)
+
+    def run(*extra):
+      if mounted or not root:
+        return rel.run(COPY, f"--workdir={workdir}", *extra)
+      return rel.run_with(_READ_ONLY_LOCK, COPY, f"--workdir={workdir}", *extra)
+    proc = run()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert ("already finished; nothing to train (read-only workdir: reported without locking "
+            "it)") in proc.stderr
+    assert rel.last_line(proc) == f"results: {workdir / 'summary.json'}"
+    # A run that would have to write is still refused, in one line.
+    proc = run("--config.train.num_steps=12", "--allow_config_change=train.num_steps")
+    rel.assert_one_line_error(proc, rf"cannot use workdir {workdir}: (Read-only file system|"
+                                    r"Permission denied)")
+  finally:
+    if mounted:
+      subprocess.run(["umount", str(workdir)], check=True)
+    elif not root:
+      os.chmod(workdir, 0o755)
+  assert rel.snapshot(workdir) == before

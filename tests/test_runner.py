@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import scipy.stats
 
+from el_jax import job
 from el_jax import runner
-from el_jax import train
 
 
 def test_get_config_by_name_and_path_with_overrides():
@@ -16,7 +16,8 @@ def test_get_config_by_name_and_path_with_overrides():
   assert a.loss.name == "e1" and tuple(a.seeds) == (3, 4) and b.loss.name == "ce"
   with pytest.raises(ValueError, match=r"unknown config key 'loss.bogus'"):
     runner.get_config("copy_task", "test", {"loss.bogus": 1})
-  with pytest.raises(ValueError, match=r"config 'nope' not found .*'copy_task'.*'path_star'"):
+  with pytest.raises(ValueError, match=r"could not load config .*nope\.py: no such file; "
+                                       r"configs in .*'copy_task'.*'path_star'"):
     runner.get_config("nope", "test")
 
 
@@ -171,7 +172,7 @@ def test_run_or_reuse_trains_once(tmp_path, monkeypatch):
   def forbidden(*a, **k):
     raise AssertionError("a finished run with the same config was retrained")
 
-  monkeypatch.setattr(train, "train_and_evaluate", forbidden)
+  monkeypatch.setattr(job, "train_and_evaluate", forbidden)
   assert runner.run_or_reuse(cfg, str(tmp_path), verbose=False) == first
   other = runner.get_config("copy_task", "test", {"seeds": (0, 1)})
   with pytest.raises(AssertionError, match="retrained"):  # other seeds: not reused

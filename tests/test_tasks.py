@@ -8,11 +8,13 @@ import re
 import numpy as np
 import pytest
 
+from el_jax import job
+from el_jax import metrics as metrics_lib
+from el_jax.models import decoder
 from el_jax import runner
 from el_jax import tasks
-from el_jax import train
-from el_jax.models import decoder
 from el_jax.tasks import base
+from el_jax import train
 
 
 class ToyCopy(base.Task):
@@ -111,7 +113,7 @@ def toy_registered():
 
 
 def test_a_new_task_is_one_class_and_one_config(toy_registered, tmp_path):
-  summary = tasks.run(_toy_config(), str(tmp_path))  # the CLI's dispatch
+  summary = job.run(_toy_config(), str(tmp_path))  # the CLI's dispatch
   assert summary["task"] == "toy_copy" and summary["groups"] == ["first", "second"]
   assert summary["toy"] is True
   agg = summary["aggregate"]
@@ -119,23 +121,23 @@ def test_a_new_task_is_one_class_and_one_config(toy_registered, tmp_path):
     for g in ("first", "second", "all"):
       assert f"{split}_acc_{g}" in agg
   assert agg["train_acc_all"]["mean"] > 0.9  # it learned to copy (chance: 1/64)
-  rows = runner.read_metrics(str(tmp_path))
+  rows = metrics_lib.read_rows(str(tmp_path))
   train_rows = [r for r in rows if r["kind"] == "train"]
   assert train_rows and all({"loss_first", "ce_second", "n_first"} <= set(r) for r in train_rows)
   assert all(r["n_first"] == r["n_second"] == 16 for r in train_rows)
   assert (tmp_path / "toy_plot.txt").exists()
   # The task's resumable field may change; its data may not.
-  again = tasks.run(_toy_config(**{"data.eval_note": "b"}), str(tmp_path))
+  again = job.run(_toy_config(**{"data.eval_note": "b"}), str(tmp_path))
   assert again["per_seed"] == summary["per_seed"]
   with pytest.raises(ValueError, match="data.num_train: 64 -> 65"):
-    tasks.run(_toy_config(**{"data.num_train": 65}), str(tmp_path))
+    job.run(_toy_config(**{"data.num_train": 65}), str(tmp_path))
 
 
 def test_unknown_and_foreign_tasks_are_named(toy_registered, tmp_path):
   with pytest.raises(ValueError, match=r"unknown config.task 'nope'; valid tasks: .*'toy_copy'"):
-    tasks.run(_toy_config(task="nope"), str(tmp_path))
+    job.run(_toy_config(task="nope"), str(tmp_path))
   with pytest.raises(ValueError, match=r"data.num_train=8 < train.batch_size"):
-    train.train_and_evaluate(_toy_config(**{"data.num_train": 8}), str(tmp_path))
+    job.train_and_evaluate(_toy_config(**{"data.num_train": 8}), str(tmp_path))
 
 
 def test_the_generic_loop_names_no_task():
@@ -183,8 +185,8 @@ def test_test_config_summary_is_pinned(name, tmp_path):
   pin = PINNED[name]
   cfg = runner.get_config(name, "test")
   cfg.progress = False
-  summary = train.train_and_evaluate(cfg, str(tmp_path))
-  got = [r for r in runner.read_metrics(str(tmp_path)) if r["kind"] == "train"]
+  summary = job.train_and_evaluate(cfg, str(tmp_path))
+  got = [r for r in metrics_lib.read_rows(str(tmp_path)) if r["kind"] == "train"]
   g1, g2 = pin["groups"]
   np.testing.assert_allclose([(r["step"], r["loss"], r[f"ce_{g1}"], r[f"ce_{g2}"]) for r in got],
                              pin["rows"], rtol=1e-6)

@@ -6,14 +6,16 @@ import jax
 import numpy as np
 import pytest
 
-from el_jax import runner
-from el_jax import train
+from el_jax import checkpoint
 from el_jax.data import gpt2_bpe
 from el_jax.data import label_copy
 from el_jax.data import texts
+from el_jax import job
 from el_jax.models import decoder
 from el_jax.models import pretrained
+from el_jax import runner
 from el_jax.tasks import text_lm
+from el_jax import train
 
 
 def tmp_path_factory_cache(cfg):
@@ -30,10 +32,10 @@ def _config(tmp_path, **over):
 def trained(tmp_path_factory):
   tmp = tmp_path_factory.mktemp("text_lm")
   cfg = _config(tmp)
-  summary = train.train_and_evaluate(cfg, str(tmp / "run"))
+  summary = job.train_and_evaluate(cfg, str(tmp / "run"))
   setup = train.make_setup(cfg)
   trainer = train.Trainer(setup)
-  params, _ = train.load_params_from(str(tmp / "run"), 0, trainer.abstract_state["params"],
+  params, _ = checkpoint.load_params_from(str(tmp / "run"), 0, trainer.abstract_state["params"],
                                      trainer.state_sharding["params"])
   return cfg, tmp, summary, setup, trainer, params
 

@@ -10,19 +10,19 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from el_jax import runner
-from el_jax import train
+from el_jax import checkpoint
+from el_jax import data as data_lib
 from el_jax.data import copy_task
 from el_jax.data import loader
 from el_jax.data import mlm_data
 from el_jax.data import path_star
 from el_jax.data import tfds_builders
+from el_jax import metrics as metrics_lib
+from el_jax import runner
 from el_jax.tasks import base
 from el_jax.tasks import copy_task as copy_tasks
 from el_jax.tasks import path_star as path_star_tasks
-
-REF_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..",
-                        "shared", "data", "path_star", "deg_2_path_3_nodes_50_test_20000.txt")
+from el_jax import train
 
 
 @pytest.fixture(scope="module")
@@ -80,8 +80,9 @@ def test_copy_task_configs_of_other_parameters_are_other_data_sets():
 
 
 def test_path_star_records_equal_the_task_and_the_reference_file(cache):
+  ref_file = data_lib.path_star_test_file(2, 3, 50)  # shipped with el_jax, unpacked into `cache`
   config = runner.get_config("path_star", "test", {
-      "data.num_nodes": 50, "data.num_test": 30, "data.test_file": REF_FILE})
+      "data.num_nodes": 50, "data.num_test": 30, "data.test_file": "reference"})
   task = path_star_tasks.PathStarTask(config)
   src = tfds_builders.data_source("el_jax_path_star", config)
   for name, graphs in (("train", task.train), ("valid", task.valid), ("test", task.test)):
@@ -89,7 +90,7 @@ def test_path_star_records_equal_the_task_and_the_reference_file(cache):
     for field in ("edges", "source", "goal", "path"):
       np.testing.assert_array_equal(got[field], getattr(graphs, field), err_msg=f"{name} {field}")
   # The test split is the file's first 30 lines, parsed independently here.
-  with open(REF_FILE) as f:
+  with open(ref_file) as f:
     lines = f.read().splitlines()[:30]
   edges, source, goal, p = path_star.parse_line(lines[7])
   rec = src["test"][7]
@@ -291,7 +292,7 @@ def test_grain_resume_sees_the_batches_of_an_uninterrupted_run(grain_setup, tmp_
   def run(workdir, stop):
     tcfg.stop_at_step = stop
     os.makedirs(workdir, exist_ok=True)
-    writer = train.MetricsWriter(os.path.join(workdir, "metrics.jsonl"))
+    writer = metrics_lib.MetricsWriter(os.path.join(workdir, "metrics.jsonl"))
     return train.train_seed(trainer, 0, str(workdir), writer)
 
   full_dir, res_dir = tmp_path / "full", tmp_path / "resumed"
@@ -308,8 +309,8 @@ def test_grain_resume_sees_the_batches_of_an_uninterrupted_run(grain_setup, tmp_
   # A resume that did not restore the iterator would have restarted at step 0's batch.
   assert not np.array_equal(full_batches[4], full_batches[0])
   # The params at step 8, read as `load_params_from` reads any checkpoint ("default" item).
-  full = train.restore_params(trainer, str(full_dir), 0, step=8)
-  resumed = train.restore_params(trainer, str(res_dir), 0, step=8)
+  full = checkpoint.restore_params(trainer, str(full_dir), 0, step=8)
+  resumed = checkpoint.restore_params(trainer, str(res_dir), 0, step=8)
   leaves = jax.tree.leaves(jax.device_get(full))
   assert any(np.any(a != 0) for a in leaves)
   for a, b in zip(leaves, jax.tree.leaves(jax.device_get(resumed))):

@@ -20,12 +20,16 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from el_jax import checkpoint
+from el_jax.data import copy_task
+from el_jax import job
+from el_jax import metrics as metrics_lib
+from el_jax.models import decoder
 from el_jax import optim
 from el_jax import runner
-from el_jax import train
+from el_jax import step as step_lib
 from el_jax.tasks import copy_task as copy_tasks
-from el_jax.data import copy_task
-from el_jax.models import decoder
+from el_jax import train
 
 import reliability  # tests/reliability.py
 
@@ -124,8 +128,8 @@ def runs(tmp_path_factory):
   assert _config().train.num_steps == 2 * K
 
   def build(root):
-    train.train_and_evaluate(_config(), str(root / "full"))
-    assert train.train_and_evaluate(_config(**{"train.stop_at_step": K}),
+    job.train_and_evaluate(_config(), str(root / "full"))
+    assert job.train_and_evaluate(_config(**{"train.stop_at_step": K}),
                                     str(root / "resumed")) is None
     shutil.copytree(root / "resumed", root / "stopped")  # a stopped run, for the failure tests
     steps = []
@@ -133,7 +137,7 @@ def runs(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
       mp.setattr(train.Setup, "batch",
                  lambda self, seed, step: steps.append(step) or batch(self, seed, step))
-      train.train_and_evaluate(_config(), str(root / "resumed"))
+      job.train_and_evaluate(_config(), str(root / "resumed"))
     (root / "steps_after_resume.json").write_text(json.dumps(steps))
 
   root = _build_once(tmp_path_factory, "runs", build)
@@ -151,9 +155,9 @@ def _rows(workdir):
 
 def _restore(trainer, workdir, seed=0):
   """(step, state on the host) of the newest checkpoint of `seed` in `workdir`."""
-  mngr = train._checkpoint_manager(os.path.join(workdir, f"seed_{seed}", "checkpoints"), 1)
+  mngr = checkpoint.manager(os.path.join(workdir, f"seed_{seed}", "checkpoints"), 1)
   try:
-    state = train.restore_latest(mngr, trainer.abstract_state, trainer.state_sharding)
+    state = checkpoint.restore_latest(mngr, trainer.abstract_state, trainer.state_sharding)
     return mngr.latest_step(), (None if state is None else _to_host(state))
   finally:
     mngr.close()
@@ -208,7 +212,7 @@ def test_eigen_cpu_dots_train_like_xla_dots(one_device):
   another program (no YNNPACK fusion in its HLO)."""
   setup = train.Setup(_config(num_devices=1, **{"train.cpu_dots": "eigen"}))
   trainer = train.Trainer(setup)
-  assert trainer.compiler_options == train.CPU_DOTS["eigen"]
+  assert trainer.compiler_options == step_lib.CPU_DOTS["eigen"]
   state = trainer.init(0)
   batch0 = trainer.put_batch(setup.batch(0, 0))
   assert "ynn" not in trainer.step.lower(state, batch0).compile().as_text()
@@ -260,7 +264,7 @@ def test_finished_seed_is_not_retrained(runs, monkeypatch, tmp_path):
 
   monkeypatch.setattr(train.Setup, "batch", forbidden)
   monkeypatch.setattr(train.Trainer, "evaluate", forbidden)
-  summary = train.train_and_evaluate(_config(), str(workdir))
+  summary = job.train_and_evaluate(_config(), str(workdir))
   assert summary["per_seed"] == [final]
   assert summary["num_params"] == runs.summary_full["num_params"] > 0
   assert (workdir / "metrics.jsonl").read_text() == metrics_before
@@ -274,10 +278,10 @@ def test_workdir_of_another_config_is_refused(runs, tmp_path):
   before = reliability.snapshot(workdir)
   with pytest.raises(ValueError, match=r"trained with a different config \(optim\.lr: 0\.003 -> "
                      r"0\.001, train\.num_steps: 8 -> 6\)"):
-    train.train_and_evaluate(_config(**{"optim.lr": 1e-3, "train.num_steps": 6}), str(workdir))
+    job.train_and_evaluate(_config(**{"optim.lr": 1e-3, "train.num_steps": 6}), str(workdir))
   assert reliability.snapshot(workdir) == before  # nothing read back, nothing written
   # Fields that do not change what a seed computed may differ.
-  summary = train.train_and_evaluate(_config(**{"train.log_every": 3, "progress": True}),
+  summary = job.train_and_evaluate(_config(**{"train.log_every": 3, "progress": True}),
                                      str(workdir))
   assert summary["per_seed"] == runs.summary_full["per_seed"]
 
@@ -287,7 +291,7 @@ def test_retraining_a_lost_seed_replaces_its_old_rows(runs, tmp_path):
   workdir = tmp_path / "run"
   shutil.copytree(runs.full, workdir)
   shutil.rmtree(workdir / "seed_0")
-  train.train_and_evaluate(_config(), str(workdir))
+  job.train_and_evaluate(_config(), str(workdir))
   rows = [{k: v for k, v in r.items() if k != "time_s"} for r in _rows(workdir)]
   keys = [(r["seed"], r["step"], r["kind"]) for r in rows]
   assert len(keys) == len(set(keys)), f"stale rows of the lost run were kept: {keys}"
@@ -318,7 +322,7 @@ def test_non_finite_loss_names_the_step_and_keeps_the_checkpoint(runs, one_devic
   monkeypatch.setattr(train.Setup, "batch", poisoned)
   with pytest.raises(FloatingPointError, match=rf"non-finite training loss.* at step {K + 1} "
                                                r"\(seed 0\)"):
-    train.train_and_evaluate(_config(**{"train.checkpoint_every": 1}), str(workdir))
+    job.train_and_evaluate(_config(**{"train.checkpoint_every": 1}), str(workdir))
   step, state = _restore(one_device.trainer, workdir)
   assert step == K, "a diverged state was checkpointed"
   _, original = _restore(one_device.trainer, runs.stopped)
@@ -338,10 +342,10 @@ def test_diverged_parameters_are_caught_before_the_checkpoint(tmp_path):
   metrics = {"loss": 2.0, "loss_easy": 1.0, "loss_hard": 3.0, "ce": 2.0, "ce_easy": 1.0,
              "ce_hard": 3.0, "n_easy": 8.0, "n_hard": 2.0, "grad_norm": 1.0,
              "update_norm": float("inf"), "param_norm": float("inf")}
-  writer = train.MetricsWriter(str(tmp_path / "metrics.jsonl"))
+  writer = metrics_lib.MetricsWriter(str(tmp_path / "metrics.jsonl"))
   with pytest.raises(FloatingPointError, match=r"non-finite training param_norm .* at step 6 "
                                                r"\(seed 3\)"):
-    train._check_and_log((6, metrics), 3, setup, writer, None, 0.0)
+    train.check_and_log((6, metrics), 3, setup, writer, None, 0.0)
   assert writer.rows() == []
 
 
@@ -369,7 +373,7 @@ def test_corrupt_checkpoint_is_a_clear_error(runs, tmp_path, damage):
   metrics_before = (workdir / "metrics.jsonl").read_text()
   with pytest.raises(RuntimeError, match=rf"checkpoint \S*seed_0/checkpoints/{K} could not be "
                                          r"restored .*nothing was deleted"):
-    train.train_and_evaluate(_config(), str(workdir))
+    job.train_and_evaluate(_config(), str(workdir))
   assert reliability.snapshot(workdir / "seed_0") == before  # no restart from scratch, nothing removed
   assert (workdir / "metrics.jsonl").read_text() == metrics_before
 
@@ -500,7 +504,7 @@ CONFIG_ERRORS = {
 def test_config_error_names_value_and_allowed(case, tmp_path):
   overrides, fragments = CONFIG_ERRORS[case]
   with pytest.raises(ValueError) as e:
-    train.train_and_evaluate(_config(**overrides), str(tmp_path / "run"))
+    job.train_and_evaluate(_config(**overrides), str(tmp_path / "run"))
   for fragment in fragments:
     assert fragment in str(e.value), (fragment, str(e.value))
   assert not list((tmp_path / "run").glob("seed_*"))  # failed before any training

@@ -16,10 +16,13 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
+from el_jax import checkpoint
+from el_jax import job
+from el_jax import metrics as metrics_lib
 from el_jax import runner
 from el_jax import seeds as seeds_lib
-from el_jax import train
 from el_jax.tasks import copy_task as copy_tasks
+from el_jax import train
 
 import reliability  # tests/reliability.py
 
@@ -73,14 +76,14 @@ def map_run(tmp_path_factory):
   with pytest.MonkeyPatch.context() as mp:
     mp.setattr(copy_tasks.CopyTask, "write_plots", lambda self, rows, workdir: None)  # not tested here
     config.train.stop_at_step = K
-    assert train.train_and_evaluate(config, workdir) is None
-    out.stopped_checkpoints = {s: train.checkpoint_steps(workdir, s) for s in SEEDS}
+    assert job.train_and_evaluate(config, workdir) is None
+    out.stopped_checkpoints = {s: checkpoint.checkpoint_steps(workdir, s) for s in SEEDS}
     out.stopped_rows = _rows(workdir)
     config.train.stop_at_step = 0
     batch = train.Setup.batch
     mp.setattr(train.Setup, "batch", lambda self, seed, step: (
         out.batches_after_resume.append((seed, step)) or batch(self, seed, step)))
-    out.summary = train.train_and_evaluate(config, workdir)
+    out.summary = job.train_and_evaluate(config, workdir)
   return out
 
 
@@ -142,11 +145,11 @@ def test_map_run_stopped_and_resumed_equals_sequential(map_run, reference):
       assert set(row) == {"seed", "step", "kind", "lr", "epoch", "time_s", *want}
       assert row["lr"] == float(trainer.setup.schedule(step - 1))
       _assert_metrics_close(row, want, (seed, step))
-    mngr = train._checkpoint_manager(os.path.join(map_run.workdir, f"seed_{seed}",
+    mngr = checkpoint.manager(os.path.join(map_run.workdir, f"seed_{seed}",
                                                   "checkpoints"), 1)
     try:
       assert mngr.latest_step() == 2 * K
-      state = _host(train.restore_latest(mngr, trainer.abstract_state, trainer.state_sharding))
+      state = _host(checkpoint.restore_latest(mngr, trainer.abstract_state, trainer.state_sharding))
     finally:
       mngr.close()
     _assert_trees_close(state, reference.states[seed], f"seed {seed}")
@@ -236,7 +239,7 @@ def test_seeds_resuming_from_different_steps_train_as_one_group_per_step(tmp_pat
   monkeypatch.setattr(seeds_lib, "_train_group", fake_group)
   trainer = types.SimpleNamespace(setup=types.SimpleNamespace(
       config=config, task=types.SimpleNamespace(data_iterator=lambda seed: None)))
-  writer = train.MetricsWriter(str(tmp_path / "metrics.jsonl"))
+  writer = metrics_lib.MetricsWriter(str(tmp_path / "metrics.jsonl"))
   finals = seeds_lib.train_seeds(trainer, str(tmp_path), writer)
   assert groups == [([0], K, 2 * K), ([1], 0, 2 * K)]
   assert finals == [{"seed": 0}, {"seed": 1}, final2]

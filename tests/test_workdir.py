@@ -7,6 +7,9 @@ import sys
 
 import pytest
 
+from el_jax import config as config_lib
+from el_jax import job
+from el_jax import metrics as metrics_lib
 from el_jax import runner
 from el_jax import train
 from el_jax import workdir as wd
@@ -58,27 +61,27 @@ def test_lock_refuses_a_live_owner_and_takes_over_a_dead_one(tmp_path, capsys):
 
 def test_config_check_allows_only_named_changeable_fields(tmp_path):
   cfg = runner.get_config("copy_task", "test")
-  wd.record_config(cfg, str(tmp_path))
-  assert wd.check_config(cfg, str(tmp_path)) == {}
+  config_lib.record_config(cfg, str(tmp_path))
+  assert config_lib.check_config(cfg, str(tmp_path)) == {}
   new = runner.get_config("copy_task", "test", {"optim.lr": 1e-4, "train.log_every": 1})
   with pytest.raises(wd.WorkdirError, match=r"optim\.lr: 0\.003 -> 0\.0001.*"
                                             r"--allow_config_change=optim\.lr"):
-    wd.check_config(new, str(tmp_path), train.resumable_fields(new))
-  changes = wd.check_config(new, str(tmp_path), train.resumable_fields(new), allow=("optim.lr",))
+    config_lib.check_config(new, str(tmp_path), job.resumable_fields(new))
+  changes = config_lib.check_config(new, str(tmp_path), job.resumable_fields(new), allow=("optim.lr",))
   assert changes == {"optim.lr": [0.003, 1e-4]}  # log_every is resumable, not a change
-  history = wd.record_config(new, str(tmp_path), changes, {"0": 4})
-  assert history == json.loads((tmp_path / "config.json").read_text())[wd.CHANGES_KEY]
+  history = config_lib.record_config(new, str(tmp_path), changes, {"0": 4})
+  assert history == json.loads((tmp_path / "config.json").read_text())[config_lib.CHANGES_KEY]
   assert history[0]["changes"] == changes and history[0]["resume_steps"] == {"0": 4}
-  assert wd.check_config(new, str(tmp_path), train.resumable_fields(new)) == {}  # history ignored
-  assert wd.parse_allowed("optim.lr, loss.lam,train.num_steps") == (
+  assert config_lib.check_config(new, str(tmp_path), job.resumable_fields(new)) == {}  # history ignored
+  assert config_lib.parse_allowed("optim.lr, loss.lam,train.num_steps") == (
       "optim.lr", "loss.lam", "train.num_steps")
   with pytest.raises(wd.WorkdirError, match=r"cannot allow data\.num_train"):
-    wd.parse_allowed("optim.lr,data.num_train")
+    config_lib.parse_allowed("optim.lr,data.num_train")
 
 
 def test_metrics_writer_drops_only_a_torn_last_line(tmp_path, capsys):
   path = tmp_path / "metrics.jsonl"
-  w = train.MetricsWriter(str(path))
+  w = metrics_lib.MetricsWriter(str(path))
   w.write({"seed": 0, "step": 1})
   w.write({"seed": 0, "step": 2})
   with open(path, "a") as f:

@@ -54,7 +54,9 @@ import zipfile
 
 import numpy as np
 
+from el_jax import data
 from el_jax.data import pcfg
+from el_jax import workdir as wd
 
 SPLITS = ("train", "valid", "test")
 _FORMAT = 1  # bump when the stored layout or the sampling changes
@@ -148,7 +150,6 @@ def cache_dir(cache=True):
     return None
   if isinstance(cache, (str, os.PathLike)):
     return os.fspath(cache)
-  from el_jax import data
   return data.cache_dir("downstream")
 
 
@@ -201,7 +202,6 @@ def _from_arrays(z, key):
 
 def _save_npz(path, arrays):
   """np.savez to `path` atomically (`el_jax.workdir.atomic_open`)."""
-  from el_jax import workdir as wd
   with wd.atomic_open(path, binary=True) as f:
     np.savez(f, **arrays)
 

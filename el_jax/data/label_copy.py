@@ -73,8 +73,10 @@ import zipfile
 
 import numpy as np
 
+from el_jax import data
 from el_jax.data import gpt2_bpe
 from el_jax.data import texts
+from el_jax import workdir as wd
 
 SEPARATOR = " Label:"
 GROUPS = ("easy", "hard")
@@ -114,7 +116,6 @@ def check_data_config(d):
 
 def default_cache_dir():
   """`$EL_JAX_CACHE/label_copy`, or `~/.cache/el_jax/label_copy` without that variable."""
-  from el_jax import data
   return data.cache_dir("label_copy")
 
 
@@ -393,7 +394,6 @@ def _save(path, key, splits, labels, label_ids):
   for name, s in splits.items():
     for f in dataclasses.fields(s):
       arrays[f"{name}_{f.name}"] = getattr(s, f.name)
-  from el_jax import workdir as wd
   with wd.atomic_open(path, binary=True) as f:
     np.savez(f, **arrays)
 

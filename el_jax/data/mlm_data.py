@@ -57,8 +57,10 @@ import zipfile
 
 import numpy as np
 
+from el_jax import data
 from el_jax.data import hmm as hmm_lib
 from el_jax.data import pcfg as pcfg_lib
+from el_jax import workdir as wd
 
 LANGUAGES = ("pcfg", "hmm")
 SPLITS = ("train", "valid", "test")
@@ -100,7 +102,7 @@ def check_data_config(d):
     path = grammar_path(d)
     if not os.path.isfile(path):
       raise ValueError(f"data.grammar={d.grammar!r}: no such file (the paper's grammar is "
-                       f"rule_deep_mlm.txt, in ../shared/data/pcfg/ next to the repository)")
+                       f"rule_deep_mlm.txt, shipped as el_jax.data.PCFG_GRAMMAR)")
   else:
     for name, lo in (("num_states", 1), ("vocab_size", 1), ("num_blocks", 1), ("hmm_seed", 0),
                      ("length", 1)):
@@ -125,7 +127,6 @@ def language(d):
 
 def default_cache_dir():
   """`$EL_JAX_CACHE/mlm`, or `~/.cache/el_jax/mlm` when EL_JAX_CACHE is not set."""
-  from el_jax import data
   return data.cache_dir("mlm")
 
 
@@ -359,7 +360,6 @@ def _save(path, key, splits, vocab_size):
       if a is not None:
         arrays[f"{name}_{field}"] = (a if field == "cond" else
                                      _small_int(a, int(np.abs(a).max(initial=0)) + 1))
-  from el_jax import workdir as wd
   with wd.atomic_open(path, binary=True) as f:  # shared caches stay readable (not 0600)
     np.savez(f, **arrays)
 

@@ -10,7 +10,7 @@ node after the source, which needs planning back from the goal) stays at
 chance, 1/d.
 
 Text format of the reference implementation (one graph per line, as in its
-test sets `../shared/data/path_star/*.txt`):
+test sets, shipped in el_jax/data/resources/path_star/; `el_jax.data.path_star_test_file`):
 
   23,17|36,23|1,32|36,1/36,32=36,1,32
   edges as parent,child joined by `|`, then `/source,goal=`, then the path.
@@ -30,6 +30,8 @@ import dataclasses
 import os
 
 import numpy as np
+
+from el_jax import data
 
 VARIANTS = ("teacher_forced", "teacherless", "reverse")
 
@@ -362,3 +364,28 @@ def accuracy(pred_NxL, graphs: Graphs, variant="teacher_forced"):
     raise ValueError(f"predictions have shape {pred_NxL.shape}, targets {true.shape}")
   correct = np.asarray(pred_NxL) == true
   return {"em": float(correct.all(axis=1).mean()), "per_position": correct.mean(axis=0).tolist()}
+
+
+# ----------------------------------------------------------------------------
+# From a config (el_jax.tasks.path_star, el_jax.data.tfds_builders)
+
+
+def graph_spec(config):
+  """The GraphSpec of a path-star config (`data.degree`, `data.path_len`, `data.num_nodes`)."""
+  d = config.data
+  return GraphSpec(d.degree, d.path_len, d.num_nodes)
+
+
+def resolve_test_file(config, spec):
+  """`data.test_file` with `{degree}`, `{path_len}`, `{num_nodes}` filled in ("" = generate;
+  "reference" = the reference implementation's test set shipped with el_jax)."""
+  f = config.data.test_file
+  if not f:
+    return ""
+  if f == "reference":
+    return data.path_star_test_file(spec.degree, spec.path_len, spec.num_nodes)
+  try:
+    return f.format(degree=spec.degree, path_len=spec.path_len, num_nodes=spec.num_nodes)
+  except (KeyError, IndexError, ValueError) as e:
+    raise ValueError(f"data.test_file={f!r} is not a valid pattern ({type(e).__name__}: {e}); "
+                     f"the placeholders allowed are {{degree}}, {{path_len}}, {{num_nodes}}") from None

@@ -1,6 +1,6 @@
 r"""Probabilistic context-free grammars with exact masked-LM conditionals (seed paper 002).
 
-  python -m el_jax.data.pcfg --grammar=../shared/data/pcfg/rule_deep_mlm.txt --num=10000 [--seed=0] [--max_len=32]
+  python -m el_jax.data.pcfg --grammar=el_jax/data/resources/pcfg/rule_deep_mlm.txt --num=10000 [--seed=0] [--max_len=32]
 
 The paper's PCFG data (Sec. 3.2, App. A.1) come from the grammar
 `rule_deep_mlm.txt` of the authors' repository (Liuhong99/implicitbiasmlmcode):
@@ -9,6 +9,10 @@ lines summed, the four A4_* rule sets that sum to 0.9998 renormalised); a
 symbol that never appears as a LHS is a word. The file's 50 nonterminals are
 S -> S1..S9 (unary), S_i -> A1_a A1_b, A1/A2/A3 -> two symbols of the next
 level or one fixed word, A4 -> ~80 distinct words; sentences have 2..16 words.
+A1_9 has rules but no S_i uses it: it is unreachable from S (allowed, and still
+a label candidate of tasks B and C). Every nonterminal must derive words: an
+unproductive start symbol, or any other unproductive nonterminal, is a
+ValueError naming it when the grammar is read.
 
 Exact masked-LM conditionals. p(x_t = w | x_-t, T) is proportional to the
 probability of the sentence with w at t, i.e. to
@@ -85,6 +89,27 @@ _ALLOWED = ("allowed: 'LHS RHS prob' (terminal or unary rule) or 'LHS RHS1 RHS2 
 _SUM_TOL = 1e-3  # a LHS whose probabilities sum to 1 +- this is renormalised
 
 
+def _decode(data, path):
+  """The lines of a grammar file's bytes; ValueError (naming the file and the byte) unless
+  UTF-8 text."""
+  nul = data.find(b"\0")
+  try:
+    text = data.decode("utf-8-sig")  # a leading byte-order mark is dropped
+  except UnicodeDecodeError as e:
+    raise ValueError(f"grammar file {path} is not UTF-8 text (byte 0x{data[e.start]:02x} at offset "
+                     f"{e.start}); give a text file of lines `LHS RHS... prob`") from None
+  if nul >= 0:
+    raise ValueError(f"grammar file {path} is not a text file (a NUL byte at offset {nul}); "
+                     f"give a text file of lines `LHS RHS... prob`")
+  return text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+
+
+def _few(names, k=5):
+  """'A', 'B', 'C' (and N more): a few symbol names for an error message."""
+  shown = ", ".join(repr(n) for n in names[:k])
+  return shown + (f" and {len(names) - k} more" if len(names) > k else "")
+
+
 def _parse(lines, source):
   """[(lhs, rhs_tuple, prob, where)] from `LHS RHS... prob` lines."""
   rules = []
@@ -144,6 +169,8 @@ class PCFG:
       also sorts the nonterminals).
     lhs_order: nonterminal names in order of first appearance as a LHS.
     start: start symbol name.
+    unreachable: nonterminals no derivation from the start symbol reaches
+      (allowed if they derive words; an unproductive nonterminal is an error).
   """
 
   def __init__(self, rules, start="S", source="<rules>"):
@@ -195,6 +222,7 @@ class PCFG:
     if rho >= 1 - 1e-9:
       raise ValueError(f"{source}: the unary rules contain a cycle of total probability "
                        f">= 1 (spectral radius {rho:.6g}); derivations would not end")
+    self._check_useful()
     reach = np.eye(n, dtype=bool) | (self._unary > 0)
     for _ in range(max(1, int(np.ceil(np.log2(max(n, 2)))))):  # transitive closure
       reach = reach | ((reach.astype(np.int64) @ reach.astype(np.int64)) > 0)
@@ -208,12 +236,69 @@ class PCFG:
     self._sampler_tables()
     self._plans = {}
 
+  def _check_useful(self):
+    """Productive and reachable nonterminals (rules of probability > 0 only).
+
+    A nonterminal is productive if some derivation from it ends in words; the
+    fixpoint also gives the fewest words it can derive (`_min_len`, inf if
+    unproductive). ValueError, naming the symbols, if the start symbol is
+    unproductive, or if any other nonterminal is (reachable from the start:
+    useless, derivations through it never end; unreachable: dead rules).
+    Unreachable productive nonterminals are allowed (the paper's grammar has
+    one, A1_9, a candidate label of tasks B and C) and listed in `unreachable`.
+    """
+    n = self.num_nonterminals
+    ua, ub = np.nonzero(self._unary)
+    min_len = np.where(self._emit_total > 0, 1.0, np.inf)
+    while True:
+      new = min_len.copy()
+      np.minimum.at(new, ua, min_len[ub])
+      np.minimum.at(new, self._bA, min_len[self._bB] + min_len[self._bC])
+      if np.array_equal(new, min_len):
+        break
+      min_len = new
+    self._min_len = min_len
+    start = self.nonterminals.index(self.start)
+    child = np.zeros((n, n), bool)
+    child[ua, ub] = True
+    child[self._bA, self._bB] = True
+    child[self._bA, self._bC] = True
+    reached = np.zeros(n, bool)
+    reached[start] = True
+    frontier = reached.copy()
+    while frontier.any():
+      frontier = child[frontier].any(0) & ~reached
+      reached |= frontier
+    order = [self.nonterminals.index(a) for a in self.lhs_order]  # as in the file
+    dead = [self.nonterminals[a] for a in order if not np.isfinite(min_len[a])]
+    fix = "give each a rule path that ends in words (a rule `LHS word prob`)"
+    if not np.isfinite(min_len[start]):
+      raise ValueError(f"{self.source}: the start symbol {self.start!r} derives no finite sentence "
+                       f"(no derivation from it ends in words; unproductive nonterminals: "
+                       f"{_few(dead)}); {fix}")
+    useless = [a for a in dead if reached[self.nonterminals.index(a)]]
+    if useless:
+      raise ValueError(f"{self.source}: useless nonterminal(s) {_few(useless)}: reachable from the "
+                       f"start symbol {self.start!r} but no derivation from them ends in words, so "
+                       f"sentences through them never finish; {fix}")
+    if dead:
+      raise ValueError(f"{self.source}: nonterminal(s) {_few(dead)} are unreachable from the start "
+                       f"symbol {self.start!r} and derive no finite sentence (dead rules); remove "
+                       f"their rules or {fix}")
+    self.unreachable = tuple(self.nonterminals[a] for a in order if not reached[a])
+
+  @property
+  def min_sentence_length(self):
+    """The fewest words a sentence of the grammar can have."""
+    return int(self._min_len[self.nonterminals.index(self.start)])
+
   # ----------------------------------------------------------------- loading
   @classmethod
   def from_file(cls, path, start="S"):
-    """Reads `LHS RHS... prob` lines (the format of rule_deep_mlm.txt)."""
-    with open(path) as f:
-      return cls(_parse(f, str(path)), start=start, source=str(path))
+    """Reads `LHS RHS... prob` lines (the format of rule_deep_mlm.txt), UTF-8 text."""
+    with open(path, "rb") as f:
+      data = f.read()
+    return cls(_parse(_decode(data, path), str(path)), start=start, source=str(path))
 
   @classmethod
   def from_string(cls, text, start="S"):
@@ -302,14 +387,21 @@ class PCFG:
     """
     if num < 0 or max_len < 2:
       raise ValueError(f"need num >= 0 and max_len >= 2, got num={num}, max_len={max_len}")
+    shortest = self.min_sentence_length
+    if shortest >= max_len:
+      raise ValueError(f"{self.source}: the shortest sentence of the grammar has {shortest} words; "
+                       f"max_len={max_len} keeps only shorter ones: raise max_len above {shortest}")
     rng = np.random.default_rng(seed)
-    sents, trees, rate = [], [], 1.0
+    sents, trees, rate, draws = [], [], 1.0, 0
     while len(sents) < num:
       want = num - len(sents)
       batch = int(want / max(rate, 0.01) * 1.1) + 16
       s, t = self._sample_batch(rng, batch, max_len, return_trees)
-      if not s and batch >= 10_000:
-        raise ValueError(f"no sentence shorter than max_len={max_len} in {batch} draws")
+      draws += batch
+      if not s and not sents and draws >= 10_000:
+        raise ValueError(f"{self.source}: no sentence shorter than max_len={max_len} in {draws} "
+                         f"draws (the shortest possible has {shortest} words, but derivations "
+                         f"that short are rare); raise max_len")
       rate = max(len(s), 1) / batch
       sents += s[:want]
       trees += t[:want]
@@ -694,7 +786,11 @@ def main(argv=None):
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
   t0 = time.perf_counter()
-  sents = g.sample(args.num, args.seed, max_len=args.max_len)
+  try:
+    sents = g.sample(args.num, args.seed, max_len=args.max_len)
+  except ValueError as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
   t1 = time.perf_counter()
   nll, ent = g.mlm_losses(sents)
   t2 = time.perf_counter()
@@ -704,7 +800,8 @@ def main(argv=None):
   ent_sent = np.nanmean(ent, 1)
   print(f"grammar {args.grammar}: {g.num_nonterminals} nonterminals, {g.vocab_size} words, "
         f"{g._bp.size} binary / {int((g._unary > 0).sum())} unary / "
-        f"{int((g._emit > 0).sum())} terminal rules")
+        f"{int((g._emit > 0).sum())} terminal rules"
+        + (f"; unreachable from {g.start!r}: {_few(list(g.unreachable))}" if g.unreachable else ""))
   print(f"{args.num} sentences (seed {args.seed}, lengths < {args.max_len}): mean length "
         f"{lengths.mean():.3f}, min {lengths.min()}, max {lengths.max()}")
   print("per-sentence value = exact average over the sentence's positions of "

@@ -2,7 +2,7 @@ r"""el_jax's generated data sets as TensorFlow Datasets builders (array_record, 
 
   python -m el_jax.data.tfds_builders --name=el_jax_copy_task --variant=cpu [--data_dir=DIR]
   python -m el_jax.data.tfds_builders --name=el_jax_path_star --variant=cpu \
-      --test_file='../shared/data/path_star/deg_{degree}_path_{path_len}_nodes_{num_nodes}_test_20000.txt'
+      --test_file=reference  # the shipped reference test set (el_jax.data.path_star_test_file)
 
   import tensorflow_datasets as tfds
   import el_jax.data.tfds_builders  # registers the builders below with TFDS
@@ -45,7 +45,10 @@ import sys
 import numpy as np
 import tensorflow_datasets as tfds
 
+from el_jax import config as config_lib
+from el_jax import data
 from el_jax.data import copy_task
+from el_jax.data import mlm_data
 from el_jax.data import path_star
 
 VERSION = "1.0.0"
@@ -56,7 +59,6 @@ _SKIP = __name__ == "__main__"
 
 def default_data_dir():
   """`$EL_JAX_CACHE/tfds`, or `~/.cache/el_jax/tfds` when EL_JAX_CACHE is not set."""
-  from el_jax import data
   return data.cache_dir("tfds")
 
 
@@ -192,13 +194,12 @@ class PathStarConfig(tfds.core.BuilderConfig):
   @classmethod
   def from_el_jax(cls, config):
     """The builder config of an el_jax path-star config (`data.test_file` resolved)."""
-    from el_jax.tasks import path_star as ps_task
     d = config.data
-    spec = ps_task.graph_spec(config)
+    spec = path_star.graph_spec(config)
     return cls.make(degree=d.degree, path_len=d.path_len, num_nodes=d.num_nodes,
                     num_train=d.num_train, num_valid=d.num_valid, num_test=d.num_test,
                     data_seed=d.data_seed,
-                    test_file=os.path.abspath(ps_task.resolve_test_file(config, spec) or "")
+                    test_file=os.path.abspath(path_star.resolve_test_file(config, spec) or "")
                     if d.test_file else "")
 
   def spec(self):
@@ -265,14 +266,13 @@ class PCFGConfig(tfds.core.BuilderConfig):
     p = dataclasses.asdict(cls(name="tmp", **params))
     if not p["grammar"] or not os.path.isfile(p["grammar"]):
       raise FileNotFoundError(f"grammar={p['grammar']!r}: no such file (the paper's grammar "
-                              f"is ../shared/data/pcfg/rule_deep_mlm.txt)")
+                              f"is rule_deep_mlm.txt, shipped as el_jax.data.PCFG_GRAMMAR)")
     name = (f"g{_sha12(p['grammar'])}_t{p['max_len_tokens']}"
             f"_n{p['num_train']}-{p['num_valid']}-{p['num_test']}_s{p['data_seed']}")
     return cls(name=name, version=VERSION, **params)
 
   @classmethod
   def from_el_jax(cls, config):
-    from el_jax.data import mlm_data
     d = config.data
     return cls.make(grammar=os.path.abspath(mlm_data.grammar_path(d)),
                     max_len_tokens=d.max_len_tokens, num_train=d.num_train,
@@ -327,7 +327,6 @@ class HMMConfig(tfds.core.BuilderConfig):
 def mlm_splits(c):
   """{split: {field: array}} of a PCFG / HMM builder config, drawn as `mlm_data.build` draws
   them (same seed streams and chunks), without the conditionals."""
-  from el_jax.data import mlm_data
   d = c.data_fields()
   lang = mlm_data.language(d)
   out = {}
@@ -461,7 +460,6 @@ def main(argv=None):
   parser.add_argument("--data_dir", default=None,
                       help=f"TFDS data dir (default {default_data_dir()})")
   args = parser.parse_args(argv)
-  from el_jax import runner
   overrides = {}
   for item in args.set:
     if "=" not in item:
@@ -473,7 +471,7 @@ def main(argv=None):
       parser.error("--test_file is only for --name=el_jax_path_star")
     overrides["data.test_file"] = args.test_file
   try:
-    config = runner.get_config(BUILDERS[args.name][2], args.variant, overrides)
+    config = config_lib.get_config(BUILDERS[args.name][2], args.variant, overrides)
     b = prepare(args.name, config, args.data_dir)
   except (ValueError, KeyError, OSError) as e:
     print(f"error: {e}", file=sys.stderr)
@@ -486,5 +484,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-  from el_jax.data import tfds_builders
+  from el_jax.data import tfds_builders  # this file under its package name: TFDS registers it there
   tfds_builders.main()

@@ -17,7 +17,7 @@ the median over rounds of the per-round ratio. Targets (issue 14): a probe in
 a batch <= 1.5x a gradient at 64 x 55 tokens, a Fisher draw <= 1.3x. The last
 line is `flatness_bench {json}`.
 
-Results (results/flatness/bench.log: `python -m el_jax.flatness.bench
+Results (results/flatness_bench/bench.log: `python -m el_jax.flatness.bench
 --config=configs/copy_task.py:cpu`, 5 rounds, 2 shared CPU cores with a load
 average of 2-10 from other jobs; ratios move by about +-15% between runs):
 
@@ -65,10 +65,11 @@ import numpy as np
 from absl import flags
 
 from el_jax import cli
-from el_jax import train
-from el_jax.flatness import fisher as fisher_lib
-from el_jax.flatness import trace as trace_lib
+import el_jax.flatness.fisher as fisher_lib
+import el_jax.flatness.trace as trace_lib
 from el_jax.models import decoder
+from el_jax import step as step_lib
+from el_jax import train
 
 
 def _extra(fv):
@@ -97,7 +98,7 @@ def make_problem(config):
   """(setup, loss_fn, logits_fn, params, batch) for the config's copy-task model."""
   setup = train.Setup(config)
   graphdef, params = decoder.init(setup.model_cfg, 0)
-  loss_fn, logits_fn = train.ce_objectives(graphdef)
+  loss_fn, logits_fn = step_lib.ce_objectives(graphdef)
 
   batch = {k: np.asarray(v) for k, v in setup.batch(0, 0).items()}
   return setup, loss_fn, logits_fn, params, batch

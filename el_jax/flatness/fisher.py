@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from el_jax.flatness import _util
+import el_jax.flatness._util as _util
 
 ESTIMATORS = ("per_example", "single")
 PROBES = ("labels", "rademacher")

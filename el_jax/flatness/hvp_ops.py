@@ -30,7 +30,7 @@ import jax
 import jax.extend.core as jex_core
 import numpy as np
 
-from el_jax.flatness import _util
+import el_jax.flatness._util as _util
 
 
 def grad_at(loss_fn, batch):

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from el_jax.flatness import _util
+import el_jax.flatness._util as _util
 
 
 @dataclasses.dataclass(frozen=True)

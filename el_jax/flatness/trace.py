@@ -26,8 +26,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from el_jax.flatness import _util
-from el_jax.flatness import hvp_ops as hvp_lib
+import el_jax.flatness._util as _util
+import el_jax.flatness.hvp_ops as hvp_lib
 
 METHODS = ("hutchinson", "hutch++", "exact")
 DISTRIBUTIONS = ("rademacher", "gaussian")

@@ -11,9 +11,9 @@ import math
 import jax
 import numpy as np
 
-from el_jax.flatness import fisher as fisher_lib
-from el_jax.flatness import spectrum as lanczos_lib
-from el_jax.flatness import trace as trace_lib
+import el_jax.flatness.fisher as fisher_lib
+import el_jax.flatness.spectrum as lanczos_lib
+import el_jax.flatness.trace as trace_lib
 
 KEYS = ("hessian_trace", "fisher_trace", "top_eigenvalue")
 

@@ -96,6 +96,13 @@ def validate_model_config(m):
          doc_mask=m.doc_mask, dtype=m.dtype)
 
 
+def config_from(m, vocab_size, max_len):
+  """The DecoderConfig of a config's `model` block for a vocabulary and a context length."""
+  return preset(m.preset, vocab_size=vocab_size, num_layers=m.num_layers, num_heads=m.num_heads,
+                embed_dim=m.embed_dim, mlp_dim=m.mlp_dim or 4 * m.embed_dim, max_len=max_len,
+                doc_mask=m.doc_mask, dtype=m.dtype)
+
+
 def preset(name, **overrides):
   """Architecture presets; any DecoderConfig field may be overridden."""
   if name == "gpt_neox":

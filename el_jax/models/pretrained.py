@@ -31,29 +31,45 @@ parameters and are ignored; `lm_head.weight`, if stored, must equal
 `wte.weight` (the unembedding is tied). Config keys the network does not
 depend on (dropout rates, token ids, summary heads, ...) are ignored; options
 that would change it beyond the decoder's `gpt2` preset are a ValueError
-naming them. Every tensor is read as float32 (el_jax's parameter dtype).
+naming them. The generic names of GPT2Config's `attribute_map` (hidden_size,
+max_position_embeddings, num_attention_heads, num_hidden_layers) are read like
+n_embd, n_positions, n_head, n_layer; a config giving both names with
+different values is a ValueError. Every tensor is read as float32 (el_jax's
+parameter dtype): float16 and bfloat16 checkpoints are upcast exactly.
+
+Token ids must be < the checkpoint's vocab_size (an id beyond the embedding
+makes every logit of the sequence NaN, not an error, inside JAX): encode text
+with `gpt2_bpe.encode(text, vocab_size=cfg.vocab_size)` or check ids with
+`gpt2_bpe.check_ids(tokens, cfg.vocab_size)` before `decoder.apply`.
 """
 import os
 import re
+import sys
 
+import jax
 import jax.numpy as jnp
+import ml_dtypes  # NumPy's bfloat16 (a JAX dependency); safetensors reads BF16 tensors with it
 import numpy as np
 import safetensors
 import safetensors.numpy
 from flax import nnx
 
-from el_jax import workdir as wd
+from el_jax import checkpoint
+from el_jax import cli
 from el_jax.models import decoder
+from el_jax import workdir as wd
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 PREFIX = "transformer."  # the GPT2LMHeadModel layout; the bare GPT2Model layout has none
 PREFIXES = (PREFIX, "")
 
-# Hugging Face `activation_function` -> DecoderConfig.activation. gelu_new, gelu_pytorch_tanh
-# and gelu_fast are the same tanh approximation of GELU; "gelu" is the erf form.
+# Hugging Face `activation_function` -> DecoderConfig.activation. gelu_new, gelu_pytorch_tanh,
+# gelu_fast and gelu_accurate are the same tanh approximation of GELU; "gelu" and
+# "gelu_python" are the erf form (transformers' ACT2FN). Others (relu, quick_gelu, gelu_10,
+# silu, ...) are refused.
 ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh",
-               "gelu": "gelu_exact"}
+               "gelu_accurate": "gelu_tanh", "gelu": "gelu_exact", "gelu_python": "gelu_exact"}
 _ACTIVATION_NAMES = {"gelu_tanh": "gelu_new", "gelu_exact": "gelu"}  # what save_gpt2 writes
 
 # GPT2Config's defaults, used (as transformers does) for keys a config.json leaves out.
@@ -62,14 +78,27 @@ HF_DEFAULTS = {
     "n_inner": None, "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5,
     "initializer_range": 0.02,
 }
+# GPT2Config.attribute_map: generic names transformers accepts for GPT-2's own keys.
+ALIASES = {"hidden_size": "n_embd", "max_position_embeddings": "n_positions",
+           "num_attention_heads": "n_head", "num_hidden_layers": "n_layer"}
 # Options the decoder implements only at one value: key -> that value (GPT2Config's default).
 SUPPORTED_ONLY = {
     "scale_attn_weights": True,  # scores / sqrt(head_dim)
     "scale_attn_by_inverse_layer_idx": False,  # would also divide layer i's scores by i + 1
-    "reorder_and_upcast_attn": False,  # a different attention kernel (Mistral recipe)
     "add_cross_attention": False,  # encoder-decoder cross-attention blocks
     "tie_word_embeddings": True,  # lm_head = wte
 }
+# reorder_and_upcast_attn (any value) is accepted: it computes the same scores and softmax
+# in float32 (the decoder always does) with the 1/sqrt(head_dim) applied before the product.
+# Config keys that, when set (not null / empty), describe weights el_jax cannot use as stored.
+_REFUSED_IF_SET = {
+    "pruned_heads": "pruned attention heads (el_jax's decoder needs every head of every layer)",
+    "quantization_config": "quantized weights (el_jax reads float tensors only)",
+}
+# safetensors dtypes read (BF16 through ml_dtypes); others (F8_*, ...) are refused by name.
+_READABLE = ("F64", "F32", "F16", "BF16", "I64", "I32", "I16", "I8", "U64", "U32", "U16", "U8",
+             "BOOL")
+_FLOAT_DTYPES = ("F64", "F32", "F16", "BF16")
 # Non-parameter buffers of the attention (causal mask, fill value), after the prefix.
 _BUFFER = re.compile(r"h\.\d+\.attn\.(bias|masked_bias)")
 _LM_HEAD = "lm_head.weight"
@@ -82,8 +111,29 @@ _BLOCK = (("ln_1", ("ln1",), True), ("attn.c_attn", ("attn", "qkv"), False),
 def _int(hf, key):
   v = hf.get(key, HF_DEFAULTS[key])
   if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-    raise ValueError(f"GPT-2 config {key}={v!r} must be an integer >= 1")
+    name = hf.get("_names", {}).get(key, key)
+    raise ValueError(f"GPT-2 config {name}={v!r} must be an integer >= 1")
   return v
+
+
+def canonical_config(hf):
+  """`hf` with GPT2Config's alias keys (`ALIASES`) renamed to GPT-2's own (n_embd, ...).
+
+  ValueError if a config gives a key under both names with different values.
+  The result's "_names" maps a renamed key to the name the file used (for errors).
+  """
+  out, names = dict(hf), {}
+  for alias, key in ALIASES.items():
+    if alias not in out:
+      continue
+    v = out.pop(alias)
+    if key in out and (out[key] != v or type(out[key]) is not type(v)):
+      raise ValueError(f"GPT-2 config sets {key}={out[key]!r} and its alias {alias}={v!r}; "
+                       f"transformers reads them as one setting: give one, or equal values")
+    if key not in out:
+      out[key], names[key] = v, alias
+  out["_names"] = names
+  return out
 
 
 def config_from_hf(hf):
@@ -93,10 +143,17 @@ def config_from_hf(hf):
   model_type = hf.get("model_type", "gpt2")
   if model_type != "gpt2":
     raise ValueError(f"config model_type={model_type!r}; only 'gpt2' checkpoints can be loaded")
+  hf = canonical_config(hf)
   bad = {k: hf[k] for k, ok in SUPPORTED_ONLY.items() if k in hf and hf[k] != ok}
   if bad:
-    raise ValueError(f"unsupported GPT-2 config option(s) {bad}; el_jax's gpt2 decoder needs "
+    raise ValueError("unsupported GPT-2 config option(s) "
+                     + ", ".join(f"{k}={v!r}" for k, v in bad.items())
+                     + "; el_jax's gpt2 decoder needs "
                      + ", ".join(f"{k}={SUPPORTED_ONLY[k]}" for k in bad))
+  for key, what in _REFUSED_IF_SET.items():
+    if hf.get(key):
+      raise ValueError(f"unsupported GPT-2 config option {key}={hf[key]!r}: {what}; give a "
+                       f"checkpoint without {key}")
   act = hf.get("activation_function", HF_DEFAULTS["activation_function"])
   if act not in ACTIVATIONS:
     raise ValueError(f"unsupported GPT-2 config activation_function={act!r}; "
@@ -111,7 +168,9 @@ def config_from_hf(hf):
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
       raise ValueError(f"GPT-2 config {key}={v!r} must be a number > 0")
   if d % n_head:
-    raise ValueError(f"GPT-2 config n_embd={d} is not divisible by n_head={n_head}")
+    names = hf["_names"]
+    raise ValueError(f"GPT-2 config {names.get('n_embd', 'n_embd')}={d} is not divisible by "
+                     f"{names.get('n_head', 'n_head')}={n_head}")
   return decoder.preset(
       "gpt2", vocab_size=_int(hf, "vocab_size"), num_layers=_int(hf, "n_layer"), num_heads=n_head,
       embed_dim=d, mlp_dim=n_inner or 4 * d, max_len=_int(hf, "n_positions"),
@@ -145,7 +204,7 @@ def hf_config(cfg):
       "initializer_range": cfg.init_std,
       # el_jax's decoder has no dropout; a model trained here was trained without it.
       "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0,
-      **SUPPORTED_ONLY,
+      **SUPPORTED_ONLY, "reorder_and_upcast_attn": False,
   }
 
 
@@ -192,10 +251,38 @@ def _strip(tensors):
 
 
 def _float32(name, x):
+  """float32 copy of a float tensor (float16 / bfloat16 upcast exactly); ValueError otherwise."""
   x = np.asarray(x)
-  if x.dtype.kind != "f":
-    raise ValueError(f"tensor {name!r} has dtype {x.dtype}; expected floating point")
-  return x.astype(np.float32)
+  if x.dtype.kind != "f" and x.dtype != np.dtype(ml_dtypes.bfloat16):
+    raise ValueError(f"tensor {name!r} has dtype {x.dtype}; expected floating point "
+                     f"(float32, float16, bfloat16 or float64)")
+  x = x.astype(np.float32)
+  bad = ~np.isfinite(x)
+  if bad.any():
+    where = tuple(int(i) for i in np.argwhere(bad)[0])
+    raise ValueError(f"tensor {name!r} has {int(bad.sum())} non-finite value(s) (first "
+                     f"{x[where]} at index {where}); the checkpoint is damaged")
+  return x
+
+
+def read_safetensors(path):
+  """{name: NumPy array} of a safetensors file, BF16 tensors included (as ml_dtypes.bfloat16).
+
+  ValueError naming the file if it is not safetensors, or naming the tensor if its
+  dtype cannot be read (float8, ...).
+  """
+  try:
+    with safetensors.safe_open(path, framework="numpy") as f:
+      names = list(f.keys())
+      kinds = {n: f.get_slice(n).get_dtype() for n in names}
+      bad = [n for n in names if kinds[n] not in _READABLE]
+      if not bad:
+        return {n: f.get_tensor(n) for n in names}
+  except (safetensors.SafetensorError, OSError, TypeError, ValueError, AttributeError) as e:
+    raise ValueError(f"{path} cannot be read as safetensors ({e})") from None
+  raise ValueError(f"{path}: tensor {bad[0]!r} has dtype {kinds[bad[0]]}"
+                   + (f" (and {len(bad) - 1} more tensors like it)" if len(bad) > 1 else "")
+                   + f"; GPT-2 weights must be stored as one of {', '.join(_FLOAT_DTYPES)}")
 
 
 def params_from_hf(cfg, tensors):
@@ -290,12 +377,12 @@ def load_gpt2(path):
     if not os.path.isfile(p):
       raise ValueError(f"{p} not found; a GPT-2 checkpoint directory holds {CONFIG_NAME} "
                        f"and {WEIGHTS_NAME}")
-  cfg = config_from_hf(wd.read_json(config_path, what="a GPT-2 config"))
+  config = wd.read_json(config_path, what="a GPT-2 config")
   try:
-    tensors = safetensors.numpy.load_file(weights_path)
-  except (safetensors.SafetensorError, OSError, TypeError, ValueError) as e:
-    raise ValueError(f"{weights_path} cannot be read as safetensors ({e})") from None
-  return cfg, params_from_hf(cfg, tensors)
+    cfg = config_from_hf(config)
+  except ValueError as e:
+    raise ValueError(f"{config_path}: {e}") from None
+  return cfg, params_from_hf(cfg, read_safetensors(weights_path))
 
 
 def save_gpt2(path, cfg, params, prefix=PREFIX):
@@ -331,17 +418,22 @@ def export_run(config, workdir, out, seed=None, step=None, prefix=PREFIX):
   Returns:
     (DecoderConfig, step exported).
   """
-  from el_jax import train
   if config.model.preset != "gpt2":
     raise ValueError(f"model.preset={config.model.preset!r}: only 'gpt2' models are written in "
                      f"the Hugging Face GPT-2 layout")
   seed = int(config.seeds[0]) if seed is None else int(seed)
-  setup = train.make_setup(config)
-  trainer = train.Trainer(setup)
-  params, step = train.load_params_from(workdir, seed, trainer.abstract_state["params"],
-                                        trainer.state_sharding["params"], step)
-  save_gpt2(out, setup.model_cfg, params, prefix=prefix)
-  return setup.model_cfg, step
+  # The vocabulary and context (the task's) from the checkpoint's shapes: no data is built.
+  step, shapes = checkpoint.param_shapes(workdir, seed, step)
+  shapes = {k.removesuffix(".value"): v for k, v in shapes.items()}  # nnx.Param leaves
+  if "embed.embedding" not in shapes or "pos_embed" not in shapes:
+    raise ValueError(f"{workdir} (step {step}) is not a run of a 'gpt2'-preset decoder "
+                     f"(no embed.embedding / pos_embed parameters)")
+  cfg = decoder.config_from(config.model, shapes["embed.embedding"][0], shapes["pos_embed"][0])
+  abstract = jax.eval_shape(lambda: decoder.init(cfg, 0)[1])
+  here = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+  params, step = checkpoint.load_params_from(workdir, seed, abstract, here, step)
+  save_gpt2(out, cfg, params, prefix=prefix)
+  return cfg, step
 
 
 def _export_flags(fv):
@@ -358,8 +450,6 @@ def main(argv=None):
     python -m el_jax.models.pretrained --config=configs/text_lm.py:cpu \
         --export_run=runs/label_copy/text_lm --out=runs/label_copy/small_gpt2
   """
-  import sys
-  from el_jax import cli
 
   @cli.guard
   def run(argv):

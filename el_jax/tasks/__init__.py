@@ -2,12 +2,12 @@
 
   from el_jax import tasks
   tasks.get("copy_task")          # -> CopyTask (a `tasks.Task` subclass)
-  tasks.run(config, workdir)      # what `python -m el_jax.main` does
+  job.run(config, workdir)        # what `python -m el_jax.main` does (el_jax.job)
 
 Two kinds of entries:
 
 * a `Task` subclass (`el_jax.tasks.base`): trained by the generic loop
-  `el_jax.train.train_and_evaluate` (copy_task, path_star);
+  `el_jax.job.train_and_evaluate` (copy_task, path_star, mlm, label_copy, text_lm);
 * an experiment with a trainer of its own, a function `(config, workdir)`
   (ntp_linear: linear next-token prediction, `el_jax.ntp.train`).
 
@@ -73,21 +73,5 @@ def get_task_class(name):
   return target
 
 
-def run(config, workdir, allow_config_change=()):
-  """Trains `config` in `workdir` with whatever its task is registered with.
-
-  `allow_config_change`: config fields that may differ from those the workdir
-  was trained with (generic-loop tasks only; see `el_jax.train`).
-  """
-  target = get(config.get("task", "<absent>"))
-  if is_task_class(target):
-    from el_jax import train
-    return train.train_and_evaluate(config, workdir, allow_config_change=allow_config_change)
-  if allow_config_change:
-    raise ValueError(f"--allow_config_change is not supported by config.task={config.task!r} "
-                     f"(it has a trainer of its own; start a new --workdir instead)")
-  return target(config, workdir)
-
-
 __all__ = ["SPLITS", "Task", "REGISTRY", "register", "unregister", "names", "get",
-           "get_task_class", "is_task_class", "run"]
+           "get_task_class", "is_task_class"]

@@ -27,13 +27,14 @@ import jax
 import numpy as np
 
 from el_jax import progress
+from el_jax import step as step_lib
 
 # Splits every task provides, in the order they are evaluated and reported.
 SPLITS = ("train", "valid", "test")
 
 
 class Task(abc.ABC):
-  """One supervised sequence task trained by `el_jax.train.train_and_evaluate`.
+  """One supervised sequence task trained by `el_jax.job.train_and_evaluate`.
 
   Constructed once per config (`Task(config)`): it generates or loads its
   fixed datasets then. Class-level members may be read before that, for
@@ -49,7 +50,7 @@ class Task(abc.ABC):
   #: Config fields (dotted) of this task that may change when a workdir is
   #: resumed or read back, because they do not change what a finished seed
   #: computed (evaluation batch sizes, say). The loop adds its own
-  #: (`el_jax.train.RESUMABLE_FIELDS`).
+  #: (`el_jax.job.RESUMABLE_FIELDS`).
   resumable_fields: ClassVar[frozenset[str]] = frozenset()
 
   @classmethod
@@ -68,6 +69,27 @@ class Task(abc.ABC):
 
     Called before any data or model is built; the default checks nothing.
     """
+
+  @classmethod
+  def single_process_reason(cls, config) -> str:
+    """Why `config` must run in one process ("" = it may run in several; el_jax.distributed)."""
+    return ""
+
+  @classmethod
+  def abstract_batch_spec(cls, config) -> dict:
+    """What a training batch of `config` looks like, without building any data (el_jax.plan):
+    {"vocab_size", "context_len", "rows" (`rows_per_step`), "scored_positions" (the static
+    int32 positions of `scored_positions`, or None)}; equal to what the built task reports.
+    The default refuses: a task that supports planning overrides it."""
+    raise ValueError(f"task {cls.__name__} does not give its batch shapes from the config alone "
+                     f"(Task.abstract_batch_spec), so el_jax.plan cannot plan it")
+
+  # --- the step ------------------------------------------------------------------
+
+  def step_fn(self) -> Callable:
+    """The pure train step the loop jits, with the signature of `el_jax.step.train_step`
+    (default: that function; the MLM task's adversarial pretraining supplies another)."""
+    return step_lib.train_step
 
   # --- data --------------------------------------------------------------------
 
@@ -207,7 +229,7 @@ def grain_loader(task, source, transform, seed):
   loop puts each process's rows of it on that process's devices), `transform` applied to the
   stacked records."""
   import grain
-  from el_jax.data import loader
+  from el_jax.data import loader  # heavy, optional: grain (data.pipeline="grain" only)
   return loader.Loader(source, task.examples_per_step,
                        seed=order_seed(task.config.data.data_seed, seed), transform=transform,
                        shard_options=grain.sharding.NoSharding())

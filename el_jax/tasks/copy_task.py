@@ -62,6 +62,7 @@ def greedy_answers(graphdef, spec, k, params, contexts_CxT, segment_CxT):
 
 def _tfds_splits(config, spec):
   """({split: CopyDataset} read from the TFDS data set of `config`, the train data source)."""
+  # Heavy, optional: TFDS and grain, for data.pipeline="grain" only.
   from el_jax.data import loader
   from el_jax.data import tfds_builders
   sources = tfds_builders.data_source("el_jax_copy_task", config)
@@ -233,3 +234,14 @@ class CopyTask(base.Task):
     plots.plot_loss_groups({self.config.loss.name: rows}, os.path.join(workdir, "loss_easy_hard.png"),
                            groups=self.groups)
     plots.plot_accuracy(rows, os.path.join(workdir, "accuracy.png"), groups=self.groups)
+
+  # --- planning (el_jax.plan) --------------------------------------------------
+
+  @classmethod
+  def abstract_batch_spec(cls, config):
+    """The batch's shapes from the config alone (`base.Task.abstract_batch_spec`)."""
+    spec = task_spec(config)
+    k = copy_task.strings_per_context(spec, config.data.context_len)
+    scored = np.flatnonzero(copy_task.loss_mask_for_context(spec, k)).astype(np.int32)
+    return {"vocab_size": spec.vocab_size, "context_len": int(config.data.context_len),
+            "rows": cls.rows_per_step(config), "scored_positions": scored}

@@ -98,6 +98,9 @@ class LabelCopyTask(base.Task):
   def __init__(self, config):
     self.config = config
     self.data = label_copy.build(config.data)  # read from its .npz cache after the first time
+    for name, split in self.data.splits.items():  # the ids that reach the (pretrained) model
+      gpt2_bpe.check_ids(split.rows, self.vocab_size, f"the {name} split of {self.data.path}",
+                         "delete that cache file to rebuild it")
     if len(self.data.train) < config.train.batch_size:
       raise ValueError(f"the training split has {len(self.data.train)} examples < "
                        f"train.batch_size={config.train.batch_size}")
@@ -185,3 +188,20 @@ class LabelCopyTask(base.Task):
     plots.plot_loss_groups({self.config.loss.name: rows}, os.path.join(workdir, "loss_easy_hard.png"),
                            groups=self.groups)
     plots.plot_accuracy(rows, os.path.join(workdir, "accuracy.png"), groups=self.groups)
+
+  # --- planning (el_jax.plan) --------------------------------------------------
+
+  @classmethod
+  def abstract_batch_spec(cls, config):
+    """The batch's shapes from the config alone (`base.Task.abstract_batch_spec`): reads
+    the corpus's labels (their longest tokenization, L_max, fixes the context), builds no
+    examples."""
+    d = config.data
+    label_copy.check_data_config(d)
+    corpus = label_copy._corpus_name(d)
+    _, label_ids = label_copy._labels(corpus, label_copy.sentence_pool(corpus, int(d.min_words)))
+    lmax = max(len(x) for x in label_ids)
+    t = label_copy.context_len(int(d.max_sentence_tokens), lmax)
+    a0 = t - lmax  # `LabelCopyData.answer_start`
+    return {"vocab_size": gpt2_bpe.VOCAB_SIZE, "context_len": t, "rows": cls.rows_per_step(config),
+            "scored_positions": np.arange(a0 - 1, a0 - 1 + lmax, dtype=np.int32)}

@@ -39,6 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from el_jax import adversarial
 from el_jax.data import mlm_data
 from el_jax.models import decoder
 from el_jax.tasks import base
@@ -134,6 +135,7 @@ class MLMTask(base.Task):
 
   @classmethod
   def validate_config(cls, config):
+    adversarial.validate_config(config)  # first: it names the language it needs
     d, t, m = config.data, config.train, config.model
     mlm_data.check_data_config(d)
     if d.get("masking") not in MASKINGS:
@@ -148,6 +150,18 @@ class MLMTask(base.Task):
     if not m.doc_mask:
       raise ValueError("model.doc_mask=False would let the sentence attend to its padding; the "
                        "MLM task needs model.doc_mask=True")
+
+  @classmethod
+  def single_process_reason(cls, config):
+    return ("adversarial.enabled (its downstream data live on one device)"
+            if adversarial.enabled(config) else "")
+
+  def step_fn(self):
+    """Seed 002's adversarial pretraining (MLM minus a transfer term; el_jax.adversarial)
+    when `adversarial.enabled`, else the plain step."""
+    if adversarial.enabled(self.config):
+      return adversarial.make_step_fn(self)
+    return super().step_fn()
 
   @classmethod
   def rows_per_step(cls, config):
@@ -256,13 +270,24 @@ class MLMTask(base.Task):
     plot_gap(rows, os.path.join(workdir, "valid_gap.png"),
              unigram=unigram_metrics(self.corpus, self.corpus.valid)["gap"])
 
+  # --- planning (el_jax.plan) --------------------------------------------------
+
+  @classmethod
+  def abstract_batch_spec(cls, config):
+    """The batch's shapes from the config alone (`base.Task.abstract_batch_spec`): the
+    language (grammar file or HMM matrices) is built for its vocabulary, no corpus."""
+    d = config.data
+    vocab = mlm_data.language(d).vocab_size + 2  # terminals, MASK, PAD (`Corpus.model_vocab_size`)
+    return {"vocab_size": vocab, "context_len": int(d.max_len_tokens),
+            "rows": cls.rows_per_step(config), "scored_positions": None}
+
 
 def plot_gap(rows, path, split="valid", unigram=None):
   """`<split>` gap and KL vs step on a log scale (paper Fig. 10); thin lines are seeds.
 
   Points where the (noisy) gap is <= 0 cannot be drawn on a log scale and are left out.
   """
-  from el_jax import plots  # noqa: F401  (selects the Agg backend)
+  from el_jax import plots  # noqa: F401  (matplotlib only when training for real; selects Agg)
   import matplotlib.pyplot as plt
   evals = [r for r in rows if r.get("kind") == "eval"]
   fig, ax = plt.subplots(figsize=(5.5, 3.8))

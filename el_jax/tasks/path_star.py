@@ -40,11 +40,6 @@ from el_jax.models import decoder
 from el_jax.tasks import base
 
 
-def graph_spec(config):
-  d = config.data
-  return path_star.GraphSpec(d.degree, d.path_len, d.num_nodes)
-
-
 @functools.lru_cache(maxsize=4)
 def _generated(spec, num, seed, stream):
   return path_star.generate_graphs(num, spec.degree, spec.path_len, spec.num_nodes,
@@ -56,18 +51,6 @@ def _test_graphs(spec, num_test, seed, test_file):
   if test_file:
     return path_star.load(test_file, spec, limit=num_test or None)
   return _generated(spec, num_test, seed, 1)
-
-
-def resolve_test_file(config, spec):
-  """`data.test_file` with `{degree}`, `{path_len}`, `{num_nodes}` filled in ("" = generate)."""
-  f = config.data.test_file
-  if not f:
-    return ""
-  try:
-    return f.format(degree=spec.degree, path_len=spec.path_len, num_nodes=spec.num_nodes)
-  except (KeyError, IndexError, ValueError) as e:
-    raise ValueError(f"data.test_file={f!r} is not a valid pattern ({type(e).__name__}: {e}); "
-                     f"the placeholders allowed are {{degree}}, {{path_len}}, {{num_nodes}}") from None
 
 
 def greedy_paths(graphdef, spec, variant, params, inputs_NxT):
@@ -105,6 +88,7 @@ def greedy_paths(graphdef, spec, variant, params, inputs_NxT):
 
 def _tfds_graphs(config):
   """(train, valid, test Graphs, the train data source) of the TFDS data set of `config`."""
+  # Heavy, optional: TFDS and grain, for data.pipeline="grain" only.
   from el_jax.data import loader
   from el_jax.data import tfds_builders
   src = tfds_builders.data_source("el_jax_path_star", config)
@@ -125,7 +109,7 @@ class PathStarTask(base.Task):
   def validate_config(cls, config):
     d, t = config.data, config.train
     path_star.check_variant(d.variant)
-    graph_spec(config)  # checks degree / path_len / num_nodes
+    path_star.graph_spec(config)  # checks degree / path_len / num_nodes
     if t.batch_size < 1:
       raise ValueError(f"train.batch_size={t.batch_size} must be >= 1")
     if d.num_train < t.batch_size:
@@ -140,7 +124,7 @@ class PathStarTask(base.Task):
       raise ValueError("data.num_test=0 means every graph of data.test_file, but no "
                        "data.test_file is set; give data.num_test >= 1 to generate test graphs")
     if d.test_file:
-      path = resolve_test_file(config, graph_spec(config))
+      path = path_star.resolve_test_file(config, path_star.graph_spec(config))
       if not os.path.isfile(path):
         raise ValueError(f"data.test_file: {path!r} does not exist (from the pattern "
                          f"{d.test_file!r})")
@@ -157,9 +141,9 @@ class PathStarTask(base.Task):
   def __init__(self, config):
     self.config = config
     d, t = config.data, config.train
-    self.spec = spec = graph_spec(config)
+    self.spec = spec = path_star.graph_spec(config)
     self.variant = d.variant
-    self.test_file = resolve_test_file(config, spec)
+    self.test_file = path_star.resolve_test_file(config, spec)
     self._loaders = {}
     if base.data_pipeline(config) == "grain":  # the TFDS data set el_jax_path_star
       self.train, self.valid, self.test, self._train_source = _tfds_graphs(config)
@@ -279,8 +263,18 @@ class PathStarTask(base.Task):
                       "decision_index": path_star.decision_index(s, self.variant)}}
 
   def write_plots(self, rows, workdir):
-    from el_jax import plots
+    from el_jax import plots  # matplotlib only when training for real
     plots.plot_loss_groups({self.config.loss.name: rows}, os.path.join(workdir, "loss_groups.png"),
                            key="ce", groups=self.groups,
                            group_names={"rest": "other path tokens", "decision": "decision token"})
     plots.plot_path_accuracy(rows, self.spec.path_len, os.path.join(workdir, "accuracy.png"))
+
+  # --- planning (el_jax.plan) --------------------------------------------------
+
+  @classmethod
+  def abstract_batch_spec(cls, config):
+    """The batch's shapes from the config alone (`base.Task.abstract_batch_spec`)."""
+    spec = path_star.graph_spec(config)
+    return {"vocab_size": spec.vocab_size, "context_len": spec.seq_len - 1,
+            "rows": cls.rows_per_step(config),
+            "scored_positions": spec.target_positions.astype(np.int32)}

@@ -33,12 +33,14 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from el_jax import workdir as wd
+from el_jax import config as config_lib
+from el_jax import data
 from el_jax.data import gpt2_bpe
 from el_jax.data import label_copy
 from el_jax.data import texts
 from el_jax.models import decoder
 from el_jax.tasks import base
+from el_jax import workdir as wd
 
 FORMAT_VERSION = 1
 
@@ -53,8 +55,7 @@ def check_config(config):
       raise ValueError(f"data.corpora has unknown corpus {c!r}; valid corpora: {texts.CORPORA}")
   excl = d.exclude_label_copy
   if excl:
-    from el_jax import runner
-    variants = runner.load_config_module("label_copy").VARIANTS
+    variants = config_lib.load_config_module("label_copy").VARIANTS
     if excl not in variants:
       raise ValueError(f"data.exclude_label_copy={excl!r} is not a variant of configs/label_copy.py "
                        f"({variants}, or '' for none)")
@@ -72,10 +73,9 @@ def _exclusion_configs(d):
   sentences are left out."""
   if not d.exclude_label_copy:
     return []
-  from el_jax import runner
   out = []
   for corpus in d.corpora:
-    lc = runner.get_config("label_copy", d.exclude_label_copy).data
+    lc = config_lib.get_config("label_copy", d.exclude_label_copy).data
     lc.corpus = corpus
     if d.get("cache_dir", ""):  # the label-copy examples cached beside the rows
       lc.cache_dir = os.path.join(os.path.expanduser(d.cache_dir), "label_copy")
@@ -97,7 +97,6 @@ def _cache_path(d, key):
   """`<data.cache_dir>/rows_<hash of key>.npz` (default $EL_JAX_CACHE/text_lm or
   ~/.cache/el_jax/text_lm)."""
   digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
-  from el_jax import data
   cache_dir = os.path.expanduser(d.get("cache_dir", "") or data.cache_dir("text_lm"))
   return os.path.join(cache_dir, f"rows_{digest}.npz")
 
@@ -117,7 +116,8 @@ def build_rows(d):
     try:
       with np.load(path) as z:
         if json.loads(str(z["key"])) == key:
-          return z["rows"], int(z["num_sentences"]), int(z["num_excluded"])
+          rows = gpt2_bpe.check_ids(z["rows"], gpt2_bpe.VOCAB_SIZE, "the cached rows")
+          return rows, int(z["num_sentences"]), int(z["num_excluded"])
     except (OSError, ValueError, KeyError) as e:  # rebuilt below (it is only a cache)
       print(f"warning: the cached rows {path} cannot be read ({type(e).__name__}: {e}); "
             f"rebuilding them", file=sys.stderr)
@@ -135,7 +135,7 @@ def build_rows(d):
   if d.max_sentences:
     kept = kept[:int(d.max_sentences)]
   order = np.random.default_rng([int(d.data_seed), 7]).permutation(len(kept))
-  ids = gpt2_bpe.encode_batch([" " + kept[i] for i in order])
+  ids = gpt2_bpe.encode_batch([" " + kept[i] for i in order], vocab_size=gpt2_bpe.VOCAB_SIZE)
   stream = np.fromiter((t for s in ids for t in (*s, gpt2_bpe.EOT_ID)), np.int32)
   width = int(d.context_len) + 1
   n = len(stream) // width
@@ -245,6 +245,14 @@ class TextLMTask(base.Task):
                         "tokens_per_row": self.context_len}}
 
   def write_plots(self, rows, workdir):
-    from el_jax import plots
+    from el_jax import plots  # matplotlib only when training for real
     plots.plot_loss_groups({self.config.loss.name: rows}, os.path.join(workdir, "loss.png"),
                            groups=self.groups)
+
+  # --- planning (el_jax.plan) --------------------------------------------------
+
+  @classmethod
+  def abstract_batch_spec(cls, config):
+    """The batch's shapes from the config alone (`base.Task.abstract_batch_spec`)."""
+    return {"vocab_size": gpt2_bpe.VOCAB_SIZE, "context_len": int(config.data.context_len),
+            "rows": cls.rows_per_step(config), "scored_positions": None}

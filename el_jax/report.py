@@ -1,0 +1,1571 @@
+r"""Results pages generated from the committed JSON: one Markdown page per paper.
+
+  python -m el_jax.report            # writes docs/results/*.md
+  python -m el_jax.report --check    # exit 1, one line per page that differs from the JSON
+
+Each page `docs/results/<page>.md` is its template `docs/results/templates/<page>.md` (the
+hand-written prose: setting, reading of the result, "Reproduced at CPU size") with every
+placeholder filled from the JSON under `results/` (each experiment's folder is named after
+its script: `results/<script>/` for `experiments/<script>.py`). `docs/results/README.md`,
+the index, is composed from the pages' headings. The prose types no number that comes from
+a result; it names the number instead:
+
+  {{ number: <file>:<path> | <op> | ... }}
+      One value of results/<file> (`text:` is the same, for strings). <path> walks the JSON:
+      `.key`, `["key with spaces"]`, `[3]` (list index), `[1:4]` (slice), `[*]` (every
+      element), `[label="CE k=1"]` (the one list element whose `label` equals that; numbers
+      unquoted; `a.b` looks into nested objects), `[?seed<=5]` (every element passing the
+      test: = != < <= > >= ^= (starts with)), `[?vs_ce]` (every element that has the key).
+      After `[*]`, `[?...]` or a slice, a `.key` applies to each element and `[*]` flattens;
+      an index, select or filter applies to the list as a whole. The ops run left to right:
+      reducers (`mean`, `min`, `max`, `sum`, `len`, `abs`, `x100`, `minutes`, `hours`,
+      `giga`), then one format: `f0`..`f9`, `+f3` (signed), `e1`, `g3`, `p` (2 significant
+      digits, for p-values), `int` (1,234), `pct1` (60.0%), `x2` (1.24x), `mr3` (mean (min,
+      max) of a {mean, min, max}, through el_jax.stats.format_mean_range), `ci3` ([+lo, +hi]),
+      `seeds` (2-11), `text`. A float needs a format.
+  {{ table: <name> [<arg> ...] }}
+      A table composed by the function registered as <name> below (it reads the JSON itself).
+  {{ image: <path under results/> }}
+      The PNG, embedded with a link relative to the page (../../results/<path>); it must exist.
+  {{ paper: <key> }}
+      A number of the paper with its source (table, figure or section of the seed text), from
+      PAPER below; `| value` gives the number alone, `| source` the source alone.
+
+A placeholder that does not resolve (missing file, missing key, a float without a format,
+an unknown table) is an error naming the page, the placeholder and the JSON file. Besides
+`.json` files a source may be a log whose last JSON line (`{...}`, optionally after one
+word: `flatness_bench {...}`) holds the numbers (results/flatness_bench/bench.log,
+results/ntp_bench/bench.txt). Sections whose results may be absent (the paper-size plan,
+the two paper-size steps) render one line "Not yet run" instead of failing. Every number
+format is fixed and keys are taken in the JSON's order or sorted, so the pages are a pure
+function of the committed files (tests/test_report.py regenerates and compares them).
+
+This module imports only the standard library and el_jax.stats (numpy): no JAX.
+"""
+import argparse
+import json
+import math
+import os
+import re
+import sys
+
+from el_jax import stats
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
+RESULTS = "results"
+DOCS = os.path.join("docs", "results")
+TEMPLATES = os.path.join(DOCS, "templates")
+PAGES = ("seed000_equal_learning", "seed001_baselines", "seed002_flatness",
+         "seed003_linear_ntp", "speed")
+INDEX = "README.md"
+COMMAND = "python -m el_jax.report"
+
+
+class ReportError(Exception):
+  """A page that cannot be generated: the message names the page, placeholder and file."""
+
+
+# ----------------------------------------------------------------------------
+# The papers' numbers, copied from the seed texts with their source. Strings keep the
+# paper's own precision; tests/test_report.py checks them against the copies some
+# experiment scripts wrote into their JSON.
+
+PAPER = {
+    # Seed 000: Yang, Puli, Ranganath, "Learning is not a race".
+    "s000.copy.ce_test_cl": ("~0.3", "seed 000, Sec. 4, text on Fig. 4: CE test CL accuracy, "
+                             "mean of 10 runs; L_c = 5, L_p = 2000, 4-layer 1024-wide GPT-NeoX"),
+    "s000.copy.e2_test": ("1.0", "seed 000, Sec. 4, Fig. 4: E2 with lam 10 and 1000 warmup "
+                          "steps, test EM = CL on easy and hard strings; same setting"),
+    "s000.fig1a": ("falls as the context grows", "seed 000, Fig. 1a: CE hard-test accuracy, "
+                   "L_c = 1, L_p = 50, width 1024; train and easy test perfect"),
+    "s000.fig1b": ("~1/26 for the worst runs", "seed 000, Fig. 1b: widths 3072-4096 at "
+                   "context 440"),
+    "s000.t1.G(2,3).CE": ("0.289 (0.123, 0.472)", "seed 000, Table 1"),
+    "s000.t1.G(2,3).E1 + warmup": ("0.655 (0.486, 0.976)", "seed 000, Table 1"),
+    "s000.t1.G(5,3).CE": ("0.001 (0.000, 0.005)", "seed 000, Table 1"),
+    "s000.t1.G(5,3).E1 + warmup": ("0.117 (0.094, 0.139)", "seed 000, Table 1"),
+    "s000.t2.kjv.ce": ("0.863", "seed 000, Table 2, pretrained GPT-2 small"),
+    "s000.t2.kjv.e1_warmup": ("0.981", "seed 000, Table 2, pretrained GPT-2 small"),
+    "s000.t2.shakespeare.ce": ("0.703", "seed 000, Table 2, pretrained GPT-2 small"),
+    "s000.t2.shakespeare.e1_warmup": ("0.766", "seed 000, Table 2, pretrained GPT-2 small"),
+    "s000.t2.kjv.diff": ("+0.118", "seed 000, Table 2: E1 + warmup minus CE, 0.981 - 0.863"),
+    "s000.t2.shakespeare.diff": ("+0.063", "seed 000, Table 2: E1 + warmup minus CE, "
+                                 "0.766 - 0.703"),
+    "s000.t3.E1, no warmup, lam=2": ("0.08", "seed 000, Table 3, App. A.2"),
+    "s000.t3.E1, no warmup, lam=4": ("0.593", "seed 000, Table 3, App. A.2"),
+    "s000.t3.E1 + warmup, lam=4": ("0.780", "seed 000, Table 3, App. A.2"),
+    "s000.t3.E1 + warmup, lam=1, V=500": ("1.00", "seed 000, Table 3, App. A.2"),
+    "s000.t3.E1 + warmup, lam=8": ("0.693", "seed 000, Table 3, App. A.2"),
+    "s000.t3.Only warmup (CE)": ("0.246", "seed 000, Table 3, App. A.2"),
+    # Seed 001 is a list of loss-design papers; it reports no numbers on these tasks.
+    # Seed 002: "Same pre-training loss, better downstream".
+    "s002.entropy.pcfg": ("3.196", "seed 002, Sec. 3.3, text on Fig. 2: entropy of the true "
+                          "conditionals, PCFG"),
+    "s002.entropy.hmm": ("3.758", "seed 002, Sec. 3.3, text on Fig. 2: entropy of the true "
+                         "conditionals, HMM"),
+    "s002.fig3.pcfg_gain": ("+1.6", "seed 002, Sec. 5, Fig. 3: probe gain in points on the PCFG "
+                            "while Tr(H) falls after convergence; 235M BERT, SGD lr 1e-3, "
+                            "batch 4096"),
+    "s002.fig3.hmm_gain": ("+4.0", "seed 002, Sec. 5, Fig. 3: probe gain in points on the HMM"),
+    "s002.fig2": ("larger models probe better at equal loss", "seed 002, Sec. 3.3, Fig. 2; its "
+                  "HMM models are LSTMs of 10M-135M parameters"),
+    "s002.fig5.trace": ("19.8 -> 12.6", "seed 002, Sec. 5, Fig. 5: Tr(H) of PCFG transformers "
+                        "embedded in one architecture, smallest to largest"),
+    "s002.fig5.probe": ("40.4 -> 50.5", "seed 002, Sec. 5, Fig. 5: probe accuracy %, same models"),
+    "s002.t1.adamw.loss": ("3.204", "seed 002, Table 1: 235M BERT on the PCFG"),
+    "s002.t1.adversarial.loss": ("3.206", "seed 002, Table 1"),
+    "s002.t1.lookup.loss": ("3.196", "seed 002, Table 1"),
+    "s002.t1.adamw.A": ("89.9 +- 0.3", "seed 002, Table 1"),
+    "s002.t1.adversarial.A": ("83.1 +- 0.6", "seed 002, Table 1"),
+    "s002.t1.lookup.A": ("71.2", "seed 002, Table 1"),
+    "s002.t1.adamw.B": ("49.2 +- 0.8", "seed 002, Table 1"),
+    "s002.t1.adversarial.B": ("42.3 +- 1.5", "seed 002, Table 1"),
+    "s002.t1.lookup.B": ("39.7", "seed 002, Table 1"),
+    "s002.t2.adamw.trace": ("8.01 +- 0.73", "seed 002, Table 2: Tr(H) by App. B.1"),
+    "s002.t2.adversarial.trace": ("19.34 +- 0.92", "seed 002, Table 2: Tr(H) by App. B.1"),
+    "s002.t2.adamw.acc": ("55.7 +- 0.6", "seed 002, Table 2: a probe accuracy, task not named"),
+    "s002.t2.adversarial.acc": ("50.2 +- 1.0", "seed 002, Table 2"),
+    "s002.thm61": ("no numbers, a theorem", "seed 002, Sec. 6, Theorem 6.1: the flattest "
+                   "zero-loss solution is the 2-neuron count solution, which transfers"),
+    # Seed 003 is a summary page of Thrampoulidis, "Implicit optimization bias of next-token
+    # prediction in linear models" (NeurIPS 2024, arXiv:2402.18551); the numbers below are the
+    # full paper's, as the project's reference notes record them.
+    "s003.fig1.H": ("0.8811", "full paper arXiv:2402.18551, Fig. 1: m = 3, d = 2, V = 5, its own "
+                    "draw of the instance"),
+    "s003.fig1.limits": ("CE -> H, ||W|| -> inf, cos(W, W_mm) -> 1, P_F(W) -> W*",
+                         "seed 003, summary of Fig. 1"),
+    "s003.appendix.H": ("~1.445", "full paper arXiv:2402.18551, appendix: m = 50, d = 60, "
+                        "V = 10, |S_j| = 6, 1e4 iterations"),
+    "s003.appendix.ngd_adam": ("the same bias as GD, faster", "full paper, appendix: normalised "
+                               "GD and Adam at lr 0.01"),
+    "s003.lemma1": ("d > m suffices", "full paper, Lemma 1, with full-rank embeddings"),
+}
+
+
+def paper(key):
+  if key not in PAPER:
+    raise KeyError(f"no paper number {key!r} in el_jax.report.PAPER")
+  return PAPER[key]
+
+
+# ----------------------------------------------------------------------------
+# Reading the results
+
+
+class Results:
+  """The JSON under <root>/results, read once per file; remembers which files a page read."""
+
+  def __init__(self, root=ROOT):
+    self.root = root
+    self._cache = {}
+    self.read = set()       # every file read since `read` was last reset (a page's sources)
+    self.last_read = set()  # the files read by the current placeholder (for error messages)
+
+  def path(self, rel):
+    return os.path.join(self.root, RESULTS, rel)
+
+  def exists(self, rel):
+    return os.path.exists(self.path(rel))
+
+  def load(self, rel):
+    if rel not in self._cache:
+      path = self.path(rel)
+      if not os.path.isfile(path):
+        raise ReportError(f"{RESULTS}/{rel} does not exist")
+      with open(path) as f:
+        text = f.read()
+      if rel.endswith(".json"):
+        try:
+          self._cache[rel] = json.loads(text)
+        except ValueError as e:
+          raise ReportError(f"{RESULTS}/{rel} is not valid JSON ({e})") from None
+      else:
+        self._cache[rel] = _json_line(text, f"{RESULTS}/{rel}")
+    self.read.add(rel)
+    self.last_read.add(rel)
+    return self._cache[rel]
+
+  def files(self, folder, ext=".json"):
+    """The files under results/<folder> ending in `ext`, sorted (empty if the folder is absent)."""
+    top = self.path(folder)
+    out = []
+    for dirpath, _, names in os.walk(top):
+      for n in names:
+        if n.endswith(ext):
+          out.append(os.path.relpath(os.path.join(dirpath, n), self.path("")))
+    return sorted(p.replace(os.sep, "/") for p in out)
+
+
+def _json_line(text, name):
+  """The last line of a log that is a JSON object, optionally after one leading word."""
+  for line in reversed(text.splitlines()):
+    s = line.strip()
+    m = re.match(r"^(?:[A-Za-z_][\w.]*\s+)?(\{.*\})$", s)
+    if m:
+      try:
+        return json.loads(m.group(1))
+      except ValueError:
+        continue
+  raise ReportError(f"{name} has no JSON line")
+
+
+# ----------------------------------------------------------------------------
+# The path language of {{ number: file:path | ops }}
+
+_SEG = re.compile(r"""
+    \.(?P<name>[A-Za-z0-9_\-]+)
+  | \[\s*(?P<star>\*)\s*\]
+  | \[\s*(?P<slice>-?\d*:-?\d*)\s*\]
+  | \[\s*(?P<index>-?\d+)\s*\]
+  | \[\s*"(?P<key>(?:[^"\\]|\\.)*)"\s*\]
+  | \[\s*(?P<filter>\?)?\s*(?P<fkey>[A-Za-z0-9_\-.]+)\s*(?P<op>==|!=|<=|>=|\^=|=|<|>)\s*
+        (?:"(?P<fqval>(?:[^"\\]|\\.)*)"|(?P<fval>[^\]]*?))\s*\]
+  | \[\s*\?\s*(?P<has>[A-Za-z0-9_\-.]+)\s*\]
+""", re.X)
+
+
+def parse_path(path):
+  """"a.b[2]" -> [("key", "a"), ("key", "b"), ("index", 2)]; a ValueError names what is wrong."""
+  segs, i, path = [], 0, path.strip()
+  if path and path[0] not in ".[":
+    path = "." + path
+  while i < len(path):
+    m = _SEG.match(path, i)
+    if not m:
+      raise ValueError(f"cannot read the path at {path[i:]!r}")
+    g = m.groupdict()
+    if g["name"] is not None:
+      segs.append(("key", g["name"]))
+    elif g["star"]:
+      segs.append(("star", None))
+    elif g["slice"] is not None:
+      a, b = g["slice"].split(":")
+      segs.append(("slice", (int(a) if a else None, int(b) if b else None)))
+    elif g["index"] is not None:
+      segs.append(("index", int(g["index"])))
+    elif g["key"] is not None:
+      segs.append(("key", json.loads(f'"{g["key"]}"')))
+    elif g["has"] is not None:
+      segs.append(("filter", (g["has"], "has", None)))
+    else:
+      raw = g["fqval"] if g["fqval"] is not None else g["fval"].strip()
+      val = json.loads(f'"{raw}"') if g["fqval"] is not None else _literal(raw)
+      op = "=" if g["op"] == "==" else g["op"]
+      segs.append(("filter" if g["filter"] else "select", (g["fkey"], op, val)))
+    i = m.end()
+  return segs
+
+
+def _literal(s):
+  for conv in (int, float):
+    try:
+      return conv(s)
+    except ValueError:
+      pass
+  return {"true": True, "false": False, "null": None}.get(s, s)
+
+
+_OPS = {"has": lambda a, b: True, "^=": lambda a, b: isinstance(a, str) and a.startswith(b),
+        "=": lambda a, b: a == b, "!=": lambda a, b: a != b, "<": lambda a, b: a < b,
+        "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b}
+
+
+def _show(segs):
+  out = []
+  for kind, v in segs:
+    if kind == "key":
+      out.append(f".{v}" if re.fullmatch(r"[A-Za-z0-9_\-]+", v) else f'["{v}"]')
+    elif kind == "index":
+      out.append(f"[{v}]")
+    elif kind == "star":
+      out.append("[*]")
+    elif kind == "slice":
+      out.append(f"[{'' if v[0] is None else v[0]}:{'' if v[1] is None else v[1]}]")
+    else:
+      k, op, val = v
+      if op == "has":
+        out.append(f"[?{k}]")
+      else:
+        out.append(f"[{'?' if kind == 'filter' else ''}{k}{op}{json.dumps(val)}]")
+  return "".join(out) or "the top level"
+
+
+def walk(data, segs, where):
+  """Applies the path segments to `data`; `where` names the file in errors.
+
+  `[*]`, `[?...]` and slices give several values; after them a `.key` applies to each
+  value, `[*]` flattens one level of each, and an index, slice, select or filter applies to
+  the list of values as a whole."""
+  multi = False
+  cur = data
+  for n, seg in enumerate(segs):
+    at = _show(segs[:n])
+    kind = seg[0]
+    if multi and kind == "key":
+      cur = [_step(x, seg, where, at) for x in cur]
+    elif multi and kind == "star":
+      cur = [y for x in cur for y in _step(x, seg, where, at)]
+    else:
+      cur = _step(cur, seg, where, at)
+      if kind in ("star", "filter", "slice"):
+        multi = True
+      elif kind in ("select", "index"):
+        multi = False
+  return cur, multi
+
+
+def _field(item, dotted):
+  """item["a"]["b"] for "a.b", preferring the longest key that exists ("data.context_len")."""
+  if not dotted:
+    return item
+  if not isinstance(item, dict):
+    return _MISSING
+  parts = dotted.split(".")
+  for i in range(len(parts), 0, -1):
+    k = ".".join(parts[:i])
+    if k in item:
+      got = _field(item[k], ".".join(parts[i:]))
+      if got is not _MISSING:
+        return got
+  return _MISSING
+
+
+_MISSING = object()
+
+
+def _step(cur, seg, where, at):
+  kind, v = seg
+  if kind == "key":
+    if isinstance(cur, dict) and v in cur:
+      return cur[v]
+    if isinstance(cur, dict):
+      keys = ", ".join(map(repr, list(cur)[:15])) + (", ..." if len(cur) > 15 else "")
+      raise ReportError(f"key {v!r} not found in {where} at {at} (keys there: {keys})")
+    raise ReportError(f"key {v!r} not found in {where}: {at} is a {type(cur).__name__}, "
+                      f"not an object")
+  if kind == "index":
+    if isinstance(cur, list) and -len(cur) <= v < len(cur):
+      return cur[v]
+    if isinstance(cur, dict) and str(v) in cur:
+      return cur[str(v)]
+    raise ReportError(f"index [{v}] not found in {where} at {at}")
+  if kind == "slice":
+    if not isinstance(cur, list):
+      raise ReportError(f"slice in {where}: {at} is not a list")
+    return cur[v[0]:v[1]]
+  if kind == "star":
+    if isinstance(cur, list):
+      return list(cur)
+    if isinstance(cur, dict):
+      return list(cur.values())
+    raise ReportError(f"[*] in {where}: {at} is not a list or an object")
+  key, op, val = v
+  if not isinstance(cur, list):
+    raise ReportError(f"[{key}{op}...] in {where}: {at} is not a list")
+  try:
+    hits = [x for x in cur if _field(x, key) is not _MISSING and _OPS[op](_field(x, key), val)]
+  except TypeError:
+    raise ReportError(f"[{key}{op}{val!r}] in {where} at {at}: cannot compare") from None
+  if kind == "filter":
+    return hits
+  if len(hits) != 1:
+    have = sorted({json.dumps(_field(x, key)) for x in cur if _field(x, key) is not _MISSING})
+    raise ReportError(f"[{key}{op}{json.dumps(val)}] in {where} at {at} matches {len(hits)} "
+                      f"elements, not one ({key} values there: {', '.join(have[:20])})")
+  return hits[0]
+
+
+# ----------------------------------------------------------------------------
+# Formats
+
+
+def f(x, d=3):
+  return f"{x:.{d}f}"
+
+
+def sf(x, d=3):
+  return f"{x:+.{d}f}"
+
+
+def pval(p):
+  return f"{p:.2g}"
+
+
+def mr(s, d=3):
+  """"0.408 (0.212, 0.576)": mean (min, max), through el_jax.stats.format_mean_range."""
+  return stats.format_mean_range(s, digits=d)
+
+
+def ci(c, d=3):
+  return f"[{c[0]:+.{d}f}, {c[1]:+.{d}f}]"
+
+
+def seeds(xs):
+  """[2, 3, ..., 11] -> "2-11"; [0, 2] -> "0, 2"."""
+  xs = [int(x) for x in xs]
+  if len(xs) > 2 and xs == list(range(xs[0], xs[0] + len(xs))):
+    return f"{xs[0]}-{xs[-1]}"
+  return ", ".join(map(str, xs))
+
+
+def cmp_cell(c, d=3, holm=True):
+  """"+0.280 [+0.194, +0.369], p = 1.1e-05 (Holm 0.00013)" from a runner.compare dict."""
+  out = f"{sf(c['diff'], d)} {ci(c['ci95'], d)}, p = {pval(c['p_value'])}"
+  if holm and "p_holm" in c:
+    out += f" (Holm {pval(c['p_holm'])})"
+  return out
+
+
+def sig(x, n=3):
+  """n significant digits, without an exponent for numbers >= 10**(n-1): 1234 -> "1234"."""
+  return f"{x:.0f}" if abs(x) >= 10 ** (n - 1) else f"{x:.{n}g}"
+
+
+def pct(x, d=1):
+  return f"{100 * x:.{d}f}%"
+
+
+def _mean_of(xs):
+  xs = [float(x) for x in xs]
+  return math.fsum(xs) / len(xs)
+
+
+_REDUCERS = {
+    "mean": lambda v: _mean_of(v), "min": min, "max": max, "sum": lambda v: math.fsum(v),
+    "len": len, "abs": lambda v: abs(v), "x100": lambda v: 100 * v,
+    "minutes": lambda v: v / 60, "hours": lambda v: v / 3600, "giga": lambda v: v / 1e9,
+}
+
+
+def apply_ops(value, ops, where):
+  fmt = None
+  for op in ops:
+    if fmt is not None:
+      raise ReportError(f"the format {fmt!r} must be the last op, not before {op!r}")
+    if op in _REDUCERS:
+      try:
+        value = _REDUCERS[op](value)
+      except (TypeError, ValueError, ZeroDivisionError) as e:
+        raise ReportError(f"cannot apply {op!r} to the value of {where} ({e})") from None
+    else:
+      fmt = op
+  return format_value(value, fmt, where)
+
+
+def format_value(v, fmt, where):
+  try:
+    if fmt is None:
+      if isinstance(v, bool) or isinstance(v, int) or isinstance(v, str):
+        return str(v)
+      if isinstance(v, float) and v.is_integer() and abs(v) < 1e15:
+        return str(int(v))
+      raise ReportError(f"the value of {where} ({type(v).__name__}) needs a format "
+                        f"(f3, p, mr3, ...)")
+    if fmt == "text":
+      return str(v)
+    if fmt == "p":
+      return pval(v)
+    if fmt == "int":
+      return f"{int(round(v)):,}"
+    if fmt == "seeds":
+      return seeds(v)
+    m = re.fullmatch(r"(\+?)([fegx])(\d)", fmt)
+    if m:
+      sign, kind, d = m.group(1), m.group(2), int(m.group(3))
+      if kind == "x":
+        return f"{v:{sign}.{d}f}x"
+      return f"{v:{sign}.{d}{kind}}"
+    m = re.fullmatch(r"(mr|ci|pct)(\d)", fmt)
+    if m:
+      return {"mr": mr, "ci": ci, "pct": pct}[m.group(1)](v, int(m.group(2)))
+  except (TypeError, ValueError, KeyError, IndexError) as e:
+    if isinstance(e, ReportError):
+      raise
+    raise ReportError(f"format {fmt!r} does not apply to the value of {where} "
+                      f"({type(v).__name__}: {e})") from None
+  raise ReportError(f"unknown format or op {fmt!r}")
+
+
+# ----------------------------------------------------------------------------
+# Tables: each a function of the Results, registered by name
+
+
+TABLES = {}
+
+
+def table(name):
+  def register(fn):
+    TABLES[name] = fn
+    return fn
+  return register
+
+
+def md(header, rows, align=None):
+  """A Markdown table; cells are strings."""
+  out = ["| " + " | ".join(header) + " |",
+         "|" + "|".join(align or ["---"] * len(header)) + "|"]
+  for r in rows:
+    if len(r) != len(header):
+      raise ValueError(f"row {r} has {len(r)} cells, header {len(header)}")
+    out.append("| " + " | ".join(r) + " |")
+  return "\n".join(out)
+
+
+def _runs_by(rows, key):
+  return {r[key]: r for r in rows}
+
+
+# --- seed 000: the demo --------------------------------------------------------------
+
+DEMO = "demo/summary.json"
+
+
+@table("demo_table")
+def _demo_table(R):
+  rows = []
+  for row in R.load(DEMO)["rows"]:
+    agg = row["aggregate"]
+    for split in ("train", "valid", "test"):
+      for group in ("easy", "hard"):
+        rows.append([f"`{row['label']}`", split, group, mr(agg[f"{split}_em_{group}"]),
+                     mr(agg[f"{split}_cl_{group}"]), f(agg[f"{split}_em_{group}"]["std"])])
+  return md(["run", "split", "group", "EM mean (min, max)", "CL mean (min, max)", "EM std"],
+            rows)
+
+
+@table("demo_runs")
+def _demo_runs(R):
+  rows = [[f"`{row['label']}`", ", ".join(f"`{k}={v}`" for k, v in row["overrides"].items()),
+           seeds(row["seeds"])] for row in R.load(DEMO)["rows"]]
+  return md(["run", "overrides of `configs/copy_task.py:cpu`", "model seeds"], rows)
+
+
+@table("demo_comparisons")
+def _demo_comparisons(R):
+  rows = []
+  for metric, comps in R.load(DEMO)["comparisons"].items():
+    for c in comps:
+      rows.append([f"{c['a']} vs {c['b']}", f"`{metric}`", f"{f(c['mean_a'])} vs {f(c['mean_b'])}",
+                   sf(c["diff"]), ci(c["ci95"]), pval(c["p_value"]), pval(c["p_holm"]),
+                   f"{c['n_a']} vs {c['n_b']}"])
+  return md(["comparison", "metric", "means", "difference", "bootstrap 95%",
+             "permutation p", "Holm p", "seeds"], rows)
+
+
+@table("demo_paper")
+def _demo_paper(R):
+  d = {row["label"]: row["aggregate"] for row in R.load(DEMO)["rows"]}
+  rows = [
+      ["CE, test CL (all strings)", f(d["ce"]["test_cl_all"]["mean"]),
+       paper("s000.copy.ce_test_cl")[0], paper("s000.copy.ce_test_cl")[1]],
+      ["CE, test CL (hard strings)", f(d["ce"]["test_cl_hard"]["mean"]),
+       paper("s000.copy.ce_test_cl")[0], paper("s000.copy.ce_test_cl")[1]],
+      ["E-loss + warmup, test EM (hard strings)", f(d["e1_warmup"]["test_em_hard"]["mean"])
+       + " (E1, lam 1)", paper("s000.copy.e2_test")[0], paper("s000.copy.e2_test")[1]],
+      ["E-loss + warmup, test EM (easy strings)", f(d["e1_warmup"]["test_em_easy"]["mean"])
+       + " (E1, lam 1)", paper("s000.copy.e2_test")[0], paper("s000.copy.e2_test")[1]],
+  ]
+  return md(["quantity", "ours (L_c = 1, L_p = 50, 2 x 128)", "paper", "paper's source and "
+             "setting"], rows)
+
+
+# --- seed 000: the sweep that chose the demo's setting --------------------------------
+
+SWEEP = ("copy_task_cpu_sweep/scan.json", "copy_task_cpu_sweep/scan2.json")
+
+
+@table("sweep_table")
+def _sweep_table(R):
+  rows = []
+  for rel in SWEEP:
+    for r in R.load(rel)["rows"]:
+      ctx = r["overrides"]["data.context_len"]
+      m = r["aggregate"]
+      rows.append((-ctx, [f"{ctx} ({ctx // 55})", f"`{r['loss']}`", f(m["train_em_hard"]["mean"]),
+                          mr(m["valid_em_hard"]), mr(m["test_em_hard"]), seeds(r["seeds"]),
+                          rel.split("/")[-1]]))
+  rows = [r for _, r in sorted(rows, key=lambda t: t[0])]  # stable: JSON order within a context
+  return md(["context (strings per context)", "run", "train EM hard", "valid EM hard, "
+             "mean (min, max)", "test EM hard, mean (min, max)", "seeds", "file"], rows)
+
+
+@table("sweep_selection")
+def _sweep_selection(R):
+  s = R.load("copy_task_cpu_sweep/selection.json")
+  cand = sorted(s["candidates"].items(), key=lambda kv: -kv[1])
+  rows = [[f"`{k}`" + (" (chosen)" if k == s["chosen_run"] else ""), f(v)] for k, v in cand]
+  return md([f"E1 run at context {s['context_len']}", f"mean `{s['metric']}`, seeds "
+             f"{seeds(s['seeds'])}"], rows)
+
+
+# --- seed 000: copy-task suite (Figure 1, Table 3) -----------------------------------
+
+SUITE = "copy_task_suite"
+
+
+def _suite_vs_ce(doc):
+  """{run label: its comparison with its CE run} of a copy_task_suite grid file."""
+  return {c["a"]: c for c in doc["comparisons"].get("test_em_hard", [])}
+
+
+@table("fig1_context")
+def _fig1_context(R):
+  doc = R.load(f"{SUITE}/fig1_context.json")
+  rows, vs_ce = doc["rows"], _suite_vs_ce(doc)
+  by = _runs_by(rows, "label")
+  out = []
+  for r in rows:
+    if not r["label"].startswith("CE "):
+      continue
+    k = r["label"].split("k=")[1]
+    e = by[f"E1+warmup k={k}"]
+    ctx = r["overrides"]["data.context_len"]
+    out.append([f"{k} ({ctx})", mr(r["aggregate"]["test_em_hard"]),
+                f(r["aggregate"]["train_em_hard"]["mean"]), mr(e["aggregate"]["test_em_hard"]),
+                f(e["aggregate"]["train_em_hard"]["mean"]), cmp_cell(vs_ce[e["label"]]),
+                seeds(r["seeds"])])
+  return md(["strings per context (context)", "CE: test EM hard", "CE: train EM hard",
+             "E1 + warmup: test EM hard", "E1 + warmup: train EM hard", "E1 + warmup vs CE",
+             "seeds"], out)
+
+
+@table("fig1_width")
+def _fig1_width(R):
+  rows = R.load(f"{SUITE}/fig1_width.json")["rows"]
+  by = _runs_by(rows, "label")
+  out = []
+  for r in rows:
+    if not r["label"].startswith("CE "):
+      continue
+    rest = r["label"][len("CE "):]
+    e = by[f"E1+warmup {rest}"]
+    ctx = r["overrides"]["data.context_len"]
+    out.append([f"{ctx // 55} ({ctx})", str(r["overrides"]["model.embed_dim"]),
+                mr(r["aggregate"]["test_em_hard"]), f(r["aggregate"]["train_em_hard"]["mean"]),
+                mr(e["aggregate"]["test_em_hard"]), f(e["aggregate"]["train_em_hard"]["mean"]),
+                seeds(r["seeds"])])
+  out.sort(key=lambda row: (int(row[1]), int(row[0].split()[0])))
+  return md(["strings per context (context)", "width", "CE: test EM hard", "CE: train EM hard",
+             "E1 + warmup: test EM hard", "E1 + warmup: train EM hard", "seeds"], out)
+
+
+@table("table3")
+def _table3(R):
+  doc = R.load(f"{SUITE}/table3.json")
+  vs_ce = _suite_vs_ce(doc)
+  out = []
+  for r in doc["rows"]:
+    m = r["aggregate"]
+    key = f"s000.t3.{r['label']}"
+    pp = PAPER[key][0] if key in PAPER else "-"
+    out.append([r["label"], pp, mr(m["test_cl_easy"]), mr(m["valid_em_hard"]),
+                mr(m["test_em_hard"]), f(m["train_em_hard"]["mean"]),
+                cmp_cell(vs_ce[r["label"]]) if r["label"] in vs_ce else "-"])
+  return md(["run", "paper: easy-test CL, L_c = 5 (seed 000, Table 3)", "test CL easy",
+             "valid EM hard", "test EM hard", "train EM hard", "vs CE (test EM hard)"], out)
+
+
+# --- seed 000: path-star Table 1 -------------------------------------------------------
+
+PS = "path_star_table1/table1.json"
+PS_BEFORE = "path_star_table1/table1_before_redesign.json"
+PS_LONG = "path_star_table1/long/table1.json"
+
+
+@table("path_star_table1")
+def _path_star_table1(R):
+  d = R.load(PS)
+  runs = {r["label"]: r["run"] for r in d["rows"]}
+  comps = d["comparisons"].get("test_em_all", [])
+  out = []
+  for r in d["rows"]:
+    a = r["aggregate"]
+    key = f"s000.t1.{r['graph']}.{r['run']}"
+    pp = PAPER[key][0] if key in PAPER else "-"
+    comp = "; ".join(f"vs {runs[c['b']]}: {cmp_cell(c)}" for c in comps
+                     if c["a"] == r["label"]) or "-"
+    out.append([r["graph"], r["run"], mr(a["test_em_all"]), f(a["test_em_decision"]["mean"]),
+                f(a["test_decision_legal"]["mean"], 4), f(a["valid_em_all"]["mean"]),
+                f(a["train_em_all"]["mean"]), pp, comp])
+  return md(["graph", "run", "test EM, mean (min, max)", "decision (test)",
+             "legal decision (test)", "valid EM", "train EM",
+             "paper: test accuracy (seed 000, Table 1)", "comparison (test EM)"], out)
+
+
+@table("path_star_train_ce")
+def _path_star_train_ce(R, rel=PS):
+  out = []
+  for r in R.load(rel)["rows"]:
+    ce = r["train_ce"]
+    rest = ce.get("rest", ce.get("other_tokens"))
+    out.append([r["graph"], r["run"], f(ce["decision"]["end_minus_500"]),
+                f(ce["decision"]["end"]), f(rest["end_minus_500"], 4), f(rest["end"], 4),
+                f"{ce['decision']['end'] / rest['end']:.0f}"])
+  return md(["graph", "run", "decision token: 500 steps before the end", "at the end",
+             "later tokens: 500 steps before the end", "at the end", "ratio at the end"], out)
+
+
+@table("path_star_before_after")
+def _path_star_before_after(R):
+  now = {(r["graph"], r["run"]): r for r in R.load(PS)["rows"]}
+  out = []
+  for b in R.load(PS_BEFORE):
+    if b["stage"] != "main":
+      continue
+    n = now[(b["graph"], b["label"])]
+    pairs = list(zip(b["per_seed_test_em"], n["per_seed"]["test_em_all"]))
+    same = sum(x == y for x, y in pairs)
+    move = max(abs(x - y) for x, y in pairs)
+    out.append([b["graph"], b["label"], f(b["test_em"]["mean"]),
+                f(n["aggregate"]["test_em_all"]["mean"]),
+                f"{same} of {len(pairs)}", f(move, 4)])
+  return md(["graph", "run", "test EM before the redesign", "now", "per-seed test EM identical",
+             "largest per-seed move"], out)
+
+
+@table("path_star_controls")
+def _path_star_controls(R):
+  out = []
+  for r in R.load(PS_BEFORE):
+    if r["stage"] != "controls":
+      continue
+    ce = r["train_ce"]["decision"]
+    out.append([r["graph"], r["label"], mr(r["test_em"]), f(r["train_em"]["mean"]),
+                f(r["test"]["decision_legal"]["mean"], 4), f"{f(ce['end_minus_500'], 2)} -> "
+                f"{f(ce['end'], 2)}", seeds(r["seeds"])])
+  return md(["graph", "run (CE)", "test EM, mean (min, max)", "train EM", "legal decision (test)",
+             "decision-token training CE, 500 steps before the end -> end", "seeds"], out)
+
+
+@table("path_star_long")
+def _path_star_long(R):
+  out = []
+  for r in R.load(PS_LONG)["rows"]:
+    ce, a = r["train_ce"], r["aggregate"]
+    out.append([r["graph"], r["run"], str(r["overrides"]["train.num_steps"]),
+                mr(a["test_em_all"]), f(a["train_em_all"]["mean"]),
+                f"{f(ce['decision']['end_minus_500'], 3)} -> "
+                f"{f(ce['decision']['end'], 3)}", f"{ce['other_tokens']['end']:.2g}",
+                seeds(r["seeds"])])
+  return md(["graph", "run", "steps", "test EM, mean (min, max)", "train EM",
+             "decision-token training CE, 500 steps before the end -> end",
+             "later tokens' training CE at the end", "seeds"], out)
+
+
+# --- seed 000: label copy ----------------------------------------------------------
+
+LC = "label_copy/table.json"
+
+
+@table("label_copy_table")
+def _label_copy_table(R):
+  d = R.load(LC)
+  out = []
+  for r in d["rows"]:
+    a = r["aggregate"]
+    key = f"s000.t2.{r['text']}.{r['loss']}"
+    pp = PAPER[key][0] if (key in PAPER and r["start"] == "pretrained") else "-"
+    out.append([r["text"], r["start"], f"`{r['loss']}`", mr(a["test_em_all"]),
+                mr(a["test_em_easy"]), mr(a["test_em_hard"]), pp])
+  return md(["text", "start", "loss", "test all", "test easy", "test hard",
+             "paper: accuracy, pretrained GPT-2 small (seed 000, Table 2)"], out)
+
+
+@table("label_copy_comparisons")
+def _label_copy_comparisons(R):
+  d = R.load(LC)
+  rows = {r["label"]: r for r in d["rows"]}
+  by = {(c["a"], c["b"], metric): c for metric, comps in d["comparisons"].items() for c in comps}
+  out = []
+  for a, b in dict.fromkeys((a, b) for a, b, _ in by):
+    for metric in ("test_em_all", "test_em_hard"):
+      x, r = by[(a, b, metric)], rows[a]
+      out.append([r["text"], r["start"], f"`{metric}`", f"{f(x['mean_a'])} vs {f(x['mean_b'])}",
+                  sf(x["diff"]), ci(x["ci95"]), pval(x["p_value"]), pval(x["p_holm"]),
+                  f"{x['n_a']} vs {x['n_b']}"])
+  return md(["text", "start", "metric", "E1 + warmup vs CE", "difference", "bootstrap 95%",
+             "permutation p", "Holm p (over the metric's comparisons)", "seeds"], out)
+
+
+# --- seed 001: baseline losses -----------------------------------------------------
+
+LB = "loss_baselines"
+
+
+def _setting(overrides):
+  items = [f"{k.split('.', 1)[1]}={v}" for k, v in overrides.items() if k != "loss.name"]
+  return ", ".join(items) or "-"
+
+
+@table("baselines_grid")
+def _baselines_grid(R):
+  t = R.load(f"{LB}/table.json")
+  sel = R.load(f"{LB}/select.json")["rows"]
+  by_loss = {}
+  for r in sel:
+    by_loss.setdefault(r["loss"], []).append(r)
+  out = []
+  for loss in t["grid"]:
+    chosen = t["chosen"][loss]
+    cells = []
+    for r in by_loss.get(loss, []):
+      setting = _setting(r["point"])
+      s = (f"{'(no hyperparameter)' if setting == '-' else setting}: "
+           f"{f(r['aggregate']['valid_em_hard']['mean'])}")
+      cells.append(f"**{s}**" if r["point"] == chosen else s)
+    out.append([f"`{loss}`", "; ".join(cells), _setting(chosen)])
+  return md(["loss", f"valid EM hard (mean over seeds {seeds(sel[0]['seeds'])}) at each grid "
+             "point, in the grid's order; chosen in bold", "chosen"], out)
+
+
+def _baseline_rows(doc, digits=3):
+  """The rows of a grid document (test.json, label_copy.json) with their comparisons of the
+  families `vs_ce` and `vs_ce_warmup`."""
+  comps = {(fam, c["a"]): c for fam, cs in doc["comparisons"].items() for c in cs}
+  out = []
+  for r in doc["rows"]:
+    a = r["aggregate"]
+    vs_ce, vs_ce_warmup = comps.get(("vs_ce", r["label"])), comps.get(("vs_ce_warmup", r["label"]))
+    out.append([f"`{r['label']}`", _setting(r["point"]), "yes" if r["warmup"] else "no",
+                mr(a["test_em_easy"], digits), mr(a["test_em_hard"], digits),
+                cmp_cell(vs_ce) if vs_ce else "reference",
+                cmp_cell(vs_ce_warmup) if vs_ce_warmup else
+                ("reference" if r["label"] == "ce" and r["warmup"] else "-")])
+  return md(["loss", "setting", "warmup", "test EM easy", "test EM hard",
+             "hard EM minus CE without warmup", "hard EM minus CE + warmup"], out)
+
+
+@table("baselines_copy")
+def _baselines_copy(R):
+  return _baseline_rows(R.load(f"{LB}/test.json"))
+
+
+@table("baselines_label_copy")
+def _baselines_label_copy(R):
+  return _baseline_rows(R.load(f"{LB}/label_copy.json"))
+
+
+@table("baselines_label_copy_grid")
+def _baselines_label_copy_grid(R):
+  by = {}
+  for r in R.load(f"{LB}/label_copy_grid.json")["rows"]:
+    by.setdefault(r["loss"], []).append(r)
+  out = []
+  for loss, rs in by.items():
+    vals = [(_setting(r["point"]), f(r["aggregate"]["valid_em_hard"]["mean"])) for r in rs]
+    out.append([f"`{loss}`", "; ".join(f"{s}: {v}" for s, v in vals), seeds(rs[0]["seeds"])])
+  return md(["loss", "label copy, valid EM hard (mean over seeds) per setting, in the grid's "
+             "order", "seeds"], out)
+
+
+@table("baselines_compute")
+def _baselines_compute(R):
+  sel, test, lc = (R.load(f"{LB}/{n}.json")["rows"] for n in ("select", "test", "label_copy"))
+  rows = [["validation grid (`--stage=select`)", str(len(sel)),
+           f"{math.fsum(r['seconds'] for r in sel) / 60:.0f}"],
+          ["copy task, chosen settings (`--stage=test`)", str(len(test)),
+           f"{math.fsum(r['seconds'] for r in test) / 60:.0f}"],
+          ["label copy, chosen settings (`--stage=label_copy`)", str(len(lc)),
+           f"{math.fsum(r['seconds'] for r in lc) / 60:.0f}"]]
+  return md(["stage", "runs", "minutes (sum of the runs' seconds)"], rows)
+
+
+# --- seed 002: flatness of the copy-task runs ---------------------------------------
+
+FC = "flatness_copy_task/copy_task.json"
+
+
+@table("flatness_copy_trajectory")
+def _flatness_copy_trajectory(R):
+  d = R.load(FC)["results"]
+  runs = list(d)
+  seed = sorted(d[runs[0]]["per_seed"])[0]
+  series = {run: {p["step"]: p for p in d[run]["per_seed"][seed]["flatness"]} for run in runs}
+  steps = sorted(set().union(*[set(s) for s in series.values()]))
+  out = []
+  for st in steps:
+    row = [str(st)]
+    for run in runs:
+      p = series[run].get(st)
+      row += ([f"{sig(p['hessian_trace'])} +- {sig(p['hessian_trace_stderr'], 2)}",
+               sig(p["fisher_trace"]), sig(p["top_eigenvalue"])] if p else ["-"] * 3)
+    out.append(row)
+  head = ["step"]
+  for run in runs:
+    head += [f"`{run}`: Tr(H) +- stderr", f"`{run}`: Tr(F)", f"`{run}`: top eigenvalue"]
+  return md(head, out)
+
+
+@table("flatness_copy_summary")
+def _flatness_copy_summary(R):
+  d = R.load(FC)["results"]
+  out = []
+  for run, r in d.items():
+    for seed, s in r["per_seed"].items():
+      post = [p["hessian_trace"] for p in s["flatness"] if p["step"] > s["converged_step"]]
+      out.append([f"`{run}`", seed, str(s["converged_step"]),
+                  f"{s['mean_after_convergence']['hessian_trace']:.1f} ({min(post):.1f}, "
+                  f"{max(post):.1f})", f"{s['final']['hessian_trace']:.1f}",
+                  f"{s['final_train']['ce']:.2g}", f(s["final_train"]["margin_mean"], 2),
+                  f(s["final_eval"]["test_em_hard"], 2)])
+  return md(["run", "seed", "training set fitted at step", "Tr(H) after that: mean (min, max)",
+             "Tr(H) at the end", "training CE at the end", "mean margin at the end",
+             "test EM hard"], out)
+
+
+# --- seed 002: MLM flatness (Figures 1/3, 2, 5) -------------------------------------
+
+MLM = "mlm_flatness"
+
+
+@table("mlm_training")
+def _mlm_training(R, language):
+  d = R.load(f"{MLM}/training_{language}.json")
+  out = []
+  for p in d["points"]:
+    (task, pr), = p["probe"].items()
+    out.append([str(p["sgd_step"]), f(p["valid_mlm_loss"], 4), f(p["valid_gap"], 4),
+                f"{p['trace_b1']:.1f} ({p['trace_b1_std']:.1f})",
+                f"{p['trace_hutchinson']:.1f} ({p['trace_hutchinson_stderr']:.1f})",
+                f"{100 * pr['test_acc_mean']:.2f} ({100 * pr['test_acc_std']:.2f})"])
+  (task, _), = d["points"][0]["probe"].items()
+  return md(["SGD step", "valid MLM loss", "gap to optimum", "Tr(H) B.1 (std, 5 reps)",
+             "Tr(H) Hutchinson (stderr)", f"task {task} probe test acc % (std, 5 seeds)"], out)
+
+
+@table("mlm_training_change")
+def _mlm_training_change(R, language):
+  d = R.load(f"{MLM}/training_{language}.json")
+  c = d["comparison"]
+  (task, pr), = c["probe"].items()
+  t = c["trace_b1_change"]
+  rows = [["Tr(H) B.1", f"{t['mean_b']:.1f} -> {t['mean_a']:.1f}", f"{t['diff']:+.1f}",
+           f"[{t['ci95'][0]:+.1f}, {t['ci95'][1]:+.1f}]", pval(t["p_value"]),
+           f"{t['n_a']} vs {t['n_b']} repetitions"],
+          [f"task {task} probe (points)", f"{100 * pr['mean_b']:.2f} -> {100 * pr['mean_a']:.2f}",
+           f"{100 * pr['diff']:+.2f}", f"[{100 * pr['ci95'][0]:+.2f}, {100 * pr['ci95'][1]:+.2f}]",
+           pval(pr["p_value"]), f"{pr['n_a']} vs {pr['n_b']} probe seeds"]]
+  return md([f"last vs first checkpoint (SGD steps {c['x'][0]} -> {c['x'][1]})", "change",
+             "difference", "bootstrap 95%", "permutation p", "over"], rows)
+
+
+@table("mlm_pilot")
+def _mlm_pilot(R, language):
+  d = R.load(f"{MLM}/training_{language}.json")
+  rows = [[lr + (" (chosen)" if float(lr) == d["sgd_lr"] else ""), f(p["valid_mlm_loss"], 4),
+           sf(p["change"], 4)] for lr, p in d["pilot"].items()]
+  return md(["SGD lr", f"valid MLM loss after {d['args']['pilot_steps']} steps",
+             f"change from the AdamW run's {f(d['pilot_start_valid_loss'], 4)}"], rows)
+
+
+@table("mlm_sizes")
+def _mlm_sizes(R, rel):
+  d = R.load(f"{MLM}/{rel}")
+  out = []
+  for p in d["points"]:
+    (task, pr), = p["probe"].items()
+    size = p["size"] + (f" grown into {d['embedded_into']}" if d.get("embedded_into") and
+                        p["size"] != d["embedded_into"] else "")
+    out.append([size, f"{p.get('num_params_embedded', p['num_params']):,}",
+                f"{f(p['valid_mlm_loss'], 4)} ({f(p['valid_gap'], 4)})",
+                f"{p['trace_b1']:.1f} ({p['trace_b1_std']:.1f})",
+                f"{p['trace_hutchinson']:.1f} ({p['trace_hutchinson_stderr']:.1f})",
+                f"{100 * pr['test_acc_mean']:.2f} ({100 * pr['test_acc_std']:.2f})"])
+  (task, _), = d["points"][0]["probe"].items()
+  return md(["size (d_model / heads / layers / MLP)", "parameters", "valid MLM loss (gap)",
+             "Tr(H) B.1 (std, 5 reps)", "Tr(H) Hutchinson (stderr)",
+             f"task-{task} probe % (std, 5 seeds)"], out)
+
+
+@table("mlm_sizes_change")
+def _mlm_sizes_change(R, rel):
+  d = R.load(f"{MLM}/{rel}")
+  c = d["comparison"]
+  (task, pr), = c["probe"].items()
+  t = c["trace_b1_change"]
+  rows = [["Tr(H) B.1", f"{t['mean_b']:.1f} -> {t['mean_a']:.1f}", f"{t['diff']:+.1f}",
+           pval(t["p_value"]), f"{t['n_a']} vs {t['n_b']} repetitions"],
+          [f"task-{task} probe (points)", f"{100 * pr['mean_b']:.2f} -> {100 * pr['mean_a']:.2f}",
+           f"{100 * pr['diff']:+.2f}", pval(pr["p_value"]), f"{pr['n_a']} vs {pr['n_b']} probe "
+           "seeds"]]
+  return md([f"{c['x'][1]} vs {c['x'][0]}", "change", "difference", "permutation p", "over"], rows)
+
+
+# --- seed 002: adversarial pretraining (Tables 1-2) ---------------------------------
+
+ADV = "adversarial_pretraining/table.json"
+
+
+@table("adversarial_table")
+def _adversarial_table(R):
+  d = R.load(ADV)
+  m = d["models"]
+  names = {"adamw": f"AdamW, step {m['adamw']['step']}",
+           "adamw_matched": f"AdamW, step {m['adamw_matched']['step']} (equal loss)",
+           "adversarial": f"adversarial (weight {d['adversarial']['weight']:g})",
+           "lookup_table": "lookup table"}
+  out = []
+  for k in ("adamw", "adamw_matched", "adversarial", "lookup_table"):
+    x = m[k]
+    gap = "optimum" if x["valid_gap"] == 0 else f(x["valid_gap"])
+    pa, pb = x["probe"]["A"], x["probe"]["B"]
+    tr = (f"{x['trace_b1']:.0f} +- {x['trace_b1_std']:.0f}" if "trace_b1" in x else "-")
+    hu = (f"{x['trace_hutchinson']:.0f} +- {x['trace_hutchinson_stderr']:.0f}"
+          if "trace_hutchinson" in x else "-")
+    out.append([names[k], f"{f(x['valid_mlm_loss'])} ({gap})",
+                f"{100 * pa['test_acc_mean']:.2f} +- {100 * pa['test_acc_std']:.2f}",
+                f"{100 * pb['test_acc_mean']:.2f} +- {100 * pb['test_acc_std']:.2f}", tr, hu])
+  for k, label in (("adamw", "paper (235M BERT): AdamW"), ("adversarial", "paper: adversarial"),
+                   ("lookup", "paper: lookup table")):
+    t2 = PAPER.get(f"s002.t2.{k}.trace")
+    out.append([label, PAPER[f"s002.t1.{k}.loss"][0], PAPER[f"s002.t1.{k}.A"][0],
+                PAPER[f"s002.t1.{k}.B"][0], t2[0] if t2 else "-", "-"])
+  return md(["model", "valid MLM loss (gap)", "task A %", "task B %", "Tr(H) B.1",
+             "Tr(H) Hutchinson"], out)
+
+
+@table("adversarial_comparisons")
+def _adversarial_comparisons(R):
+  d = R.load(ADV)["comparisons"]
+  out = []
+  for name, c in d.items():
+    ref = "AdamW at equal loss" if name.endswith("matched") else "final AdamW"
+    for k in ("probe_A", "probe_B", "trace_b1"):
+      x = c[k]
+      s = 100 if k.startswith("probe") else 1
+      dg = 1 if k.startswith("probe") else 0
+      out.append([f"adversarial vs {ref}", k.replace("probe_", "task ").replace("trace_b1",
+                                                                                "Tr(H) B.1"),
+                  f"{s * x['diff']:+.{dg}f}", f"[{s * x['ci95'][0]:+.{dg}f}, "
+                  f"{s * x['ci95'][1]:+.{dg}f}]", pval(x["p_value"]), f"{x['n_a']} vs {x['n_b']}"])
+    out.append([f"adversarial vs {ref}", "valid MLM loss", sf(c["valid_mlm_loss_diff"]), "-", "-",
+                "-"])
+  return md(["comparison", "quantity", "difference (points for probes)", "bootstrap 95%",
+             "permutation p", "probe seeds / repetitions"], out)
+
+
+@table("adversarial_pilot")
+def _adversarial_pilot(R):
+  p = R.load(ADV)["pilot"]
+  rows = [[f"{t['weight']:g}" + (" (chosen)" if t["weight"] == p["chosen_weight"] else ""),
+           f(t["valid_mlm_loss"], 4), sf(t["minus_normal"]), "yes" if t["within_tol"] else "no"]
+          for t in p["trials"].values()]
+  return md(["weight", f"valid MLM loss at step {p['steps']}", "minus the normal run's "
+             f"({f(p['normal_valid_mlm_loss'], 4)})", f"within {p['tol']:g} nats"], rows)
+
+
+# --- seed 002: Dyck language, Theorem 6.1 -------------------------------------------
+
+DYCK = "dyck_flatness/dyck_flatness.json"
+
+
+@table("dyck_constructions")
+def _dyck_constructions(R):
+  d = R.load(DYCK)
+  out = []
+  for c in d["constructions"]:
+    if c["name"] == "count":
+      ds = c["downstream"]
+      out.append([f"count ({c['width']} neurons)", f"{c['loss']:.1e}",
+                  f"{c['trace']:.4g} (exact)", f"{ds['8']['mean']:.0e} / {ds['32']['mean']:.0e}",
+                  str(c["samples_to_1pct"]), "-"])
+    else:
+      ds = c["downstream_mean"]
+      hu = [f"{s['trace_hutchinson']:.3g} +- {s['trace_hutchinson_stderr']:.2g}"
+            for s in c["seeds"] if "trace_hutchinson" in s]
+      out.append([f"random features, m = {c['width']} ({len(c['seeds'])} draws)",
+                  f"<= {c['loss_max']:.1e}",
+                  f"{c['trace_mean']:.3g} ({c['trace_min']:.3g}, {c['trace_max']:.3g})",
+                  f"{ds['8']:.3f} / {ds['32']:.4f}", str(max(s["samples_to_1pct"]
+                                                           for s in c["seeds"])),
+                  "; ".join(hu) or "-"])
+  return md(["solution", "pre-training loss", "Tr(H): mean (min, max) over draws",
+             "downstream error, n = 8 / 32", "examples to reach 1% error (worst draw)",
+             "Hutchinson check (first draw)"], out)
+
+
+@table("dyck_training")
+def _dyck_training(R):
+  d = R.load(DYCK)["training"]
+  out = []
+  for name, t in d.items():
+    for p in t["summary"]:
+      out.append([f"SGD, label noise {t['label_noise']:g}", str(p["step"]),
+                  f"{p['loss']['mean']:.1e}",
+                  f"{p['trace']['mean']:.3g} ({p['trace']['min']:.3g}, {p['trace']['max']:.3g})",
+                  f"{p['downstream_8']['mean']:.3f}", f"{p['downstream_32']['mean']:.4f}"])
+  return md(["training", "step", "loss (mean over seeds)", "Tr(H): mean (min, max) over seeds",
+             "downstream error, n = 8", "n = 32"], out)
+
+
+# --- seed 003: linear next-token prediction ---------------------------------------
+
+NTP = "ntp_convergence/convergence.json"
+
+
+@table("ntp_instances")
+def _ntp_instances(R):
+  d = R.load(NTP)
+  out = []
+  for name, x in d.items():
+    i = x["instance"]
+    out.append([name, f"{i['m']} / {i['d']} / {i['V']} / {i['mean_support']:g}",
+                f(i["entropy"], 4), str(i["dim_F"]), "yes" if i["compatible"] else "no",
+                "yes" if i["separable"] else "no", f(i["norm_W_mm"]), f(i["margin"], 4),
+                f"{i['svm_solve_time_s']:.3f}"])
+  return md(["instance", "m / d / V / mean |S_j|", "entropy H", "dim F", "compatible",
+             "separable", "||W_mm||", "margin", "NTP-SVM solve s"], out)
+
+
+@table("ntp_runs")
+def _ntp_runs(R):
+  d = R.load(NTP)
+  out = []
+  for name, x in d.items():
+    for opt, r in x["runs"].items():
+      out.append([name, opt.upper(), f"{r['lr']:g}", f"{r['steps']:,}", f"{r['gap']:.1e}",
+                  f(r["norm"], 2), f(r["cos_mm"]), f(r["cos_diff"]), f(r["dist_f"])])
+  return md(["instance", "optimizer", "lr", "steps", "CE - H", "||W_k||", "cos(W_k, W_mm)",
+             "cos(W_k - W*, W_mm)", "||P_F(W_k) - W*||"], out)
+
+
+@table("ntp_reg_path")
+def _ntp_reg_path(R):
+  d = R.load(NTP)
+  out = []
+  for name, x in d.items():
+    p = x["reg_path"]
+    for i, b in enumerate(p["B"]):
+      out.append([name, f"{b:g}", f"{p['gap'][i]:.1e}", f(p["norm"][i], 2), f(p["cos_mm"][i]),
+                  f(p["dist_f"][i])])
+  return md(["instance", "B (norm bound)", "CE - H", "||W_B||", "cos(W_B, W_mm)",
+             "||P_F(W_B) - W*||"], out)
+
+
+@table("ntp_separability")
+def _ntp_separability(R):
+  d = R.load("ntp_separability/separability.json")
+  sups = sorted({r["support"] for r in d["rows"]})
+  ratios = sorted({r["d_over_m"] for r in d["rows"]})
+  cell = {(r["support"], r["d_over_m"]): r for r in d["rows"]}
+  out = []
+  for s in sups:
+    out.append([f"|S_j| = {s}"] + [
+        f"{cell[s, q]['separable']:.2f} / {cell[s, q]['compatible']:.2f}" if (s, q) in cell
+        else "-" for q in ratios])
+  return md(["d / m"] + [f"{q:g}" for q in ratios], out)
+
+
+@table("ntp_text")
+def _ntp_text(R):
+  d = R.load("ntp_text/text.json")
+  out = []
+  for n, b in d["by_n"].items():
+    for g in b["gd"]:
+      out.append([n, str(b["m"]), f(b["entropy"]), f"{b['mean_support']:.1f} (min "
+                  f"{b['min_support']})", str(b["min_d_separable_and_compatible"]), str(g["d"]),
+                  f"{g['gap']:.3f}", f(g["cos_mm"], 2), f"{g['norm_W_star']:.0f}",
+                  f"{g['norm_W_mm']:.0f}"])
+  return md(["context length", "contexts m", "entropy H", "mean support (min)",
+             "smallest d compatible and separable", "GD at d", "CE - H after GD", "cos(W_k, W_mm)",
+             "||W*||", "||W_mm||"], out)
+
+
+@table("ntp_text_sweep")
+def _ntp_text_sweep(R):
+  d = R.load("ntp_text/text.json")
+  ds = [s["d"] for s in next(iter(d["by_n"].values()))["sweep"]]
+  out = []
+  for n, b in d["by_n"].items():
+    cells = {s["d"]: s for s in b["sweep"]}
+    out.append([n] + ["C+S" if cells[x]["compatible"] and cells[x]["separable"] else
+                      "C" if cells[x]["compatible"] else "S" if cells[x]["separable"] else "-"
+                      for x in ds])
+  return md(["context length \\ d"] + [str(x) for x in ds], out)
+
+
+# --- speed ----------------------------------------------------------------------
+
+_SIDES = (("el_jax", "scored positions, `cpu_dots=xla` (default)"),
+          ("el_jax_eigen", "scored positions, `cpu_dots=eigen`"),
+          ("el_jax_all_positions", "all positions (equal work), `xla`"),
+          ("el_jax_eigen_all_positions", "all positions, `eigen`"))
+
+
+@table("bench_vs_torch")
+def _bench_vs_torch(R, rel):
+  d = R.load(rel)
+  res, ratio = d["results"], d["ratio_tokens_per_s"]
+  torches = [k for k in res if k.startswith("torch")]
+  out = []
+  for side, label in _SIDES:
+    if side not in res:
+      continue
+    r = res[side]
+    row = [label, f(r["step_ms_median"], 1), pct(r["mfu"])]
+    for t in torches:
+      x = ratio[f"{side}/{t}"]
+      row.append(f"{x['median']:.2f} ({x['min']:.2f}..{x['max']:.2f})")
+    out.append(row)
+  head = ["el_jax side", "step ms (median)", "MFU"] + [
+      f"/ {t.replace('_', ' ')} ({f(res[t]['step_ms_median'], 1)} ms, MFU {pct(res[t]['mfu'])})"
+      for t in torches]
+  return md(head, out)
+
+
+@table("bench_targets")
+def _bench_targets(R, rel):
+  d = R.load(rel)
+  rows = [[name, f"`{t['el_jax']}` / `{t['torch']}`", f"{t['ratio']:.2f}", f"{t['target']:g}",
+           "met" if t["met"] else "**missed**"] for name, t in d["targets"].items()]
+  return md(["target", "sides", "ratio of tokens/s (median over rounds)", "target", ""], rows)
+
+
+@table("bench_ab")
+def _bench_ab(R, rel, reference="el_jax"):
+  """Every el_jax side against `reference` (same positions), from the per-round ratios."""
+  d = R.load(rel)
+  ratio = d["ratio_tokens_per_s"]
+  out = []
+  for key, x in ratio.items():
+    a, b = key.split("/")
+    if a not in (reference, f"{reference}_all_positions") or b.startswith("torch"):
+      continue
+    if a.endswith("_all_positions") != b.endswith("_all_positions"):
+      continue
+    # ratio = a / b; report b relative to a
+    out.append([f"`{b}`", f"`{a}`", f"{1 / x['median']:.2f}",
+                f"{1 / x['max']:.2f}..{1 / x['min']:.2f}",
+                f(d["results"][b]["step_ms_median"], 1)])
+  return md(["side", "against", "tokens/s ratio (median over rounds)", "rounds' range",
+             "step ms (median)"], out)
+
+
+@table("flatness_bench")
+def _flatness_bench(R):
+  d = R.load("flatness_bench/bench.log")
+  out = []
+  for key in ("x1", "x8"):
+    x = d[key]
+    fl = x["flops_over_grad"]
+    rows = [("one Hutchinson probe (v^T H v)", x["probe_over_grad"], fl["probe"], None),
+            ("probe in a batch of 8", x["batched_probe_over_grad_by_probes"]["8"], fl["probes_8"],
+             1.5),
+            ("probe in a batch of 32", x["batched_probe_over_grad_by_probes"]["32"],
+             fl["probes_32"], 1.5),
+            ("probe in 8, per-layer (HVP)", x["per_layer_probe_over_grad"],
+             fl["probes_per_layer_8"], None),
+            ("one Fisher draw (single)", x["fisher_draw_over_grad"], fl["fisher_draw"], 1.3),
+            ("one Fisher draw (per-example)", x["fisher_draw_per_example_over_grad"],
+             fl["fisher_draw_per_example"], None)]
+    for name, t, fx, target in rows:
+      out.append([f"{x['contexts']} x 55", f(x["grad_ms"], 1), name, f"{t:.2f}x", f"{fx:.2f}x",
+                  f"<= {target:g}x" if target else "-"])
+  return md(["batch (contexts x tokens)", "gradient ms", "estimator", "time over a gradient",
+             "XLA FLOPs over a gradient's", "target"], out)
+
+
+@table("ntp_bench")
+def _ntp_bench(R):
+  d = R.load("ntp_bench/bench.txt")
+  out = []
+  for r in d["scaling"]:
+    old = r.get("old")
+    out.append([str(r["m"]), str(r["V"]), str(r["d"]), f"{r['n_dual']:,}", r["method"],
+                f(r["total_s"], 2), str(r["iterations"]) if r["iterations"] else "-",
+                f"{old['total_s']:.2f}" if old else "-",
+                f"{old['speedup']:.1f}x" if old else "-"])
+  return md(["m", "V", "d", "dual variables", "method", "seconds", "iterations",
+             "earlier first-order solver, seconds", "speed-up"], out)
+
+
+def _not_yet_run(what, command):
+  return f"*Not yet run* (`{what}` is absent; `{command}` writes it)."
+
+
+def _hours(x):
+  return f"{x:.3g}"
+
+
+def _bytes(x):
+  for unit, s in (("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
+    if x >= s:
+      return f"{x / s:.2f} {unit}"
+  return f"{x:.0f} B"
+
+
+@table("plan_paper")
+def _plan_paper(R):
+  rel = "plan_paper/plan.json"
+  if not R.exists(rel):
+    return _not_yet_run(f"{RESULTS}/{rel}", "python experiments/plan_paper.py")
+  d = R.load(rel)
+  chips = list(d["chips"])
+  out = []
+  for label, p in d["runs"].items():
+    b = p["bytes_per_device"]
+    row = [f"`{label}`", f"{p['params'] / 1e6:.2f}M",
+           f"{p['rows_per_step']:,} x {p['model']['context_len']:,} = {p['tokens_per_step']:,}",
+           f"{p['flops_per_step']:.3g}", f(p["flops_per_step"] / p["flops_6nd"], 2),
+           f"{_bytes(b['peak_estimate'])}", f"{p['num_steps']:,} x {p['num_seeds']}"]
+    row += [_hours(p["chips"][c]["hours_all_seeds"]) for c in chips]
+    row += [_hours(p["chips"][c]["hours_all_seeds_bf16"]) for c in chips
+            if d["chips"][c]["bf16"] != d["chips"][c]["f32"]]
+    out.append(row)
+  head = ["config", "params", "rows x tokens per step", "FLOPs/step (XLA)", "XLA / 6ND",
+          "peak bytes per device", "steps x seeds"]
+  head += [f"{d['chips'][c]['name']} hours" for c in chips]
+  head += [f"{d['chips'][c]['name']} hours, bf16" for c in chips
+           if d["chips"][c]["bf16"] != d["chips"][c]["f32"]]
+  peaks = "; ".join(f"{c['name']} {c['f32'] / 1e12:g} ({c['f32_as']}) / {c['bf16'] / 1e12:g} "
+                    f"(bf16) TFLOP/s" for c in d["chips"].values())
+  note = (f"\n\n`{d['command'].strip()}` on {d['machine']} (JAX {d['jax']}): {d['num_devices']} "
+          f"devices, MFU {d['mfu']:g}; hours of the whole run (every seed), on "
+          f"{d['num_devices']} chips. Dense peaks: {peaks}.")
+  return md(head, out) + note
+
+
+@table("paper_two_steps")
+def _paper_two_steps(R):
+  rel = "paper_two_steps/two_steps.json"
+  if not R.exists(rel):
+    return _not_yet_run(f"{RESULTS}/{rel}", "python experiments/paper_two_steps.py")
+  d = R.load(rel)
+  out = []
+  for label, r in d["runs"].items():
+    if "steps" not in r or len(r["steps"]) < 2:
+      out.append([f"`{label}`", r["status"]] + ["-"] * 7)
+      continue
+    s1, s2 = r["steps"][0], r["steps"][1]
+    out.append([f"`{label}`", r["status"], f"{r['params'] / 1e6:.2f}M",
+                f"{r['rows_per_step']} x {r['context_len']:,}", f(r["data_s"], 2),
+                f(r["trainer_s"], 2), f"{f(s1['seconds'], 2)} / {f(s2['seconds'], 2)}",
+                f"{f(s1['loss'], 3)} / {f(s2['loss'], 3)}",
+                f"{s1['grad_norm']:.3g} / {s2['grad_norm']:.3g}"])
+  return md(["config", "status", "params", "rows x tokens", "data s", "trainer s",
+             "step 1 s (with compile) / step 2 s", "loss, step 1 / 2", "grad norm, step 1 / 2"],
+            out) + f"\n\nMachine: {d['machine']}; {d['rows']} rows per step, one CPU device."
+
+
+# ----------------------------------------------------------------------------
+# Pages
+
+_PLACEHOLDER = re.compile(r"\{\{(.*?)\}\}", re.S)
+
+
+def _split_ops(s):
+  """"a["x|y"] | mean | f3" -> ["a[\"x|y\"]", "mean", "f3"] (| inside quotes is kept)."""
+  parts, cur, q = [], [], False
+  for ch in s:
+    if ch == '"':
+      q = not q
+    if ch == "|" and not q:
+      parts.append("".join(cur).strip())
+      cur = []
+    else:
+      cur.append(ch)
+  parts.append("".join(cur).strip())
+  return parts
+
+
+def fill(R, text, page):
+  """The template `text` with every placeholder replaced; a ReportError names the page."""
+  def one(m):
+    raw = " ".join(m.group(1).split())
+    R.last_read = set()
+    try:
+      return _fill_one(R, raw)
+    except ReportError as e:
+      raise ReportError(f"{DOCS}/{page}.md: placeholder {{{{ {raw} }}}}: {e}") from None
+    except (KeyError, IndexError, TypeError, ValueError, ZeroDivisionError) as e:
+      raise ReportError(f"{DOCS}/{page}.md: placeholder {{{{ {raw} }}}}: {type(e).__name__}: "
+                        f"{e}") from None
+  return _PLACEHOLDER.sub(one, text)
+
+
+def _fill_one(R, raw):
+  kind, sep, rest = raw.partition(":")
+  kind, rest = kind.strip(), rest.strip()
+  if not sep:
+    raise ReportError("expected '<kind>: ...' (number, text, table, image, paper)")
+  if kind in ("number", "text"):
+    spec, *ops = _split_ops(rest)
+    rel, sep, path = spec.partition(":")
+    rel = rel.strip()
+    if not sep:
+      raise ReportError("expected '<file under results/>:<path>'")
+    data = R.load(rel)
+    try:
+      segs = parse_path(path)
+    except ValueError as e:
+      raise ReportError(f"in {RESULTS}/{rel}: {e}") from None
+    value, _ = walk(data, segs, f"{RESULTS}/{rel}")
+    return apply_ops(value, ops or (["text"] if kind == "text" else []),
+                     f"{RESULTS}/{rel}:{path.strip()}")
+  if kind == "table":
+    name, *args = rest.split()
+    if name not in TABLES:
+      raise ReportError(f"no table {name!r} (tables: {', '.join(sorted(TABLES))})")
+    try:
+      return TABLES[name](R, *args)
+    except ReportError:
+      raise
+    except (KeyError, IndexError, TypeError, ValueError) as e:
+      files = ", ".join(f"{RESULTS}/{x}" for x in sorted(R.last_read)) or "no file"
+      raise ReportError(f"table {name!r} failed on {files}: {type(e).__name__}: {e}") from None
+  if kind == "image":
+    rel = rest
+    if not R.exists(rel):
+      raise ReportError(f"image {RESULTS}/{rel} does not exist")
+    return f"![{rel}](../../{RESULTS}/{rel})"
+  if kind == "paper":
+    key, *ops = _split_ops(rest)
+    if key not in PAPER:
+      raise ReportError(f"no paper number {key!r} in el_jax.report.PAPER")
+    value, source = PAPER[key]
+    if ops == ["value"]:
+      return value
+    if ops == ["source"]:
+      return source
+    if ops:
+      raise ReportError(f"paper placeholders take '| value' or '| source', not {ops}")
+    return f"{value} ({source})"
+  raise ReportError(f"unknown placeholder kind {kind!r} (number, text, table, image, paper)")
+
+
+def render_page(page, root=ROOT, R=None):
+  """(Markdown of docs/results/<page>.md, sorted files it read) from the template and JSON."""
+  tpl = os.path.join(root, TEMPLATES, f"{page}.md")
+  if not os.path.isfile(tpl):
+    raise ReportError(f"{DOCS}/{page}.md: its template {TEMPLATES}/{page}.md does not exist")
+  with open(tpl) as fh:
+    text = fh.read()
+  R = R or Results(root)
+  R.read = set()
+  R.last_read = set()
+  body = fill(R, text, page)
+  head = (f"<!-- Generated by `{COMMAND}` from {TEMPLATES}/{page}.md and the JSON under "
+          f"{RESULTS}/. Edit the template, not this file. -->\n\n")
+  sources = sorted(R.read)
+  foot = (f"\n---\n\nGenerated by `{COMMAND}` from the template `{TEMPLATES}/{page}.md` and "
+          "these results: " + ", ".join(f"`{RESULTS}/{s}`" for s in sources) + ".\n")
+  return head + body.rstrip("\n") + "\n" + foot, sources
+
+
+def _anchor(heading):
+  """GitHub's anchor of a heading."""
+  h = heading.strip().lower()
+  h = re.sub(r"[^\w\- ]", "", h)
+  return h.replace(" ", "-")
+
+
+def render_index(pages):
+  """docs/results/README.md: each page with its title and its sections."""
+  out = ["<!-- Generated by `" + COMMAND + "`. -->", "", "# Results", "",
+         "One page per paper, generated from the committed JSON under `results/` by `"
+         + COMMAND + "` (`--check` compares instead of writing; `tests/test_report.py` fails "
+         "when a committed page differs from what the JSON gives). Every table and number on "
+         "these pages is read from a results file; the prose around them is written by hand in "
+         "`docs/results/templates/`. The figures are the experiments' own PNGs.", ""]
+  for page in PAGES:
+    text = pages[f"{page}.md"]
+    title = next(l[2:].strip() for l in text.splitlines() if l.startswith("# "))
+    out.append(f"## [{title}]({page}.md)")
+    out.append("")
+    for l in text.splitlines():
+      if l.startswith("## "):
+        out.append(f"- [{l[3:].strip()}]({page}.md#{_anchor(l[3:])})")
+    out.append("")
+  return "\n".join(out).rstrip("\n") + "\n"
+
+
+def render_all(root=ROOT):
+  """{file name under docs/results: text} for every page and the index."""
+  R = Results(root)
+  pages = {}
+  for page in PAGES:
+    pages[f"{page}.md"], _ = render_page(page, root, R)
+  pages[INDEX] = render_index(pages)
+  return pages
+
+
+# The README's index table (paper item -> command -> page -> headline -> reproduced), from
+# docs/results/templates/_readme_index.md, between these markers of the repository's README.
+README = "README.md"
+README_INDEX = "_readme_index"
+INDEX_BEGIN = "<!-- BEGIN index: generated by `python -m el_jax.report`; edit el_jax/report.py, not this table -->"
+INDEX_END = "<!-- END index -->"
+
+
+def readme_with_index(root=ROOT, R=None):
+  """The README's text with its index table filled from the JSON (ReportError if the
+  README lacks the markers)."""
+  path = os.path.join(root, README)
+  with open(path) as fh:
+    text = fh.read()
+  if text.count(INDEX_BEGIN) != 1 or text.count(INDEX_END) != 1:
+    raise ReportError(f"{README}: expected one line {INDEX_BEGIN!r} and one {INDEX_END!r} around "
+                      f"the index table")
+  with open(os.path.join(root, TEMPLATES, f"{README_INDEX}.md")) as fh:
+    tpl = fh.read()
+  table = fill(R or Results(root), tpl, README_INDEX).strip("\n")
+  head, rest = text.split(INDEX_BEGIN)
+  _, tail = rest.split(INDEX_END)
+  return head + INDEX_BEGIN + "\n" + table + "\n" + INDEX_END + tail
+
+
+def differing(pages, out_dir):
+  """The file names whose text in `out_dir` differs from `pages` (or is missing)."""
+  bad = []
+  for name, text in pages.items():
+    path = os.path.join(out_dir, name)
+    try:
+      with open(path) as fh:
+        same = fh.read() == text
+    except OSError:
+      same = False
+    if not same:
+      bad.append(name)
+  return bad
+
+
+def write(pages, out_dir):
+  os.makedirs(out_dir, exist_ok=True)
+  for name, text in pages.items():
+    tmp = os.path.join(out_dir, f".{name}.tmp")
+    with open(tmp, "w") as fh:
+      fh.write(text)
+    os.replace(tmp, os.path.join(out_dir, name))
+
+
+def main(argv=None):
+  ap = argparse.ArgumentParser(prog="python -m el_jax.report",
+                               description=__doc__.split("\n")[0])
+  ap.add_argument("--check", action="store_true",
+                  help="compare the pages with docs/results/ instead of writing them; exit 1 "
+                  "with one line per page that differs")
+  ap.add_argument("--root", default=ROOT, help="repository root (results/ and the templates)")
+  ap.add_argument("--out", default=None, help="folder to write to (default <root>/docs/results)")
+  args = ap.parse_args(argv)
+  out_dir = args.out or os.path.join(args.root, DOCS)
+  try:
+    pages = render_all(args.root)
+    readme = readme_with_index(args.root)
+  except ReportError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  if args.check:
+    bad = [os.path.relpath(os.path.join(out_dir, n), args.root) for n in differing(pages, out_dir)]
+    bad += [README] if differing({README: readme}, args.root) else []
+    for shown in bad:
+      print(f"{shown} differs from what the JSON under results/ gives; "
+            f"run `{COMMAND}` and commit the pages", file=sys.stderr)
+    return 1 if bad else 0
+  write(pages, out_dir)
+  write({README: readme}, args.root)
+  print(f"wrote {len(pages)} pages to {out_dir} and the index of {README}", file=sys.stderr)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

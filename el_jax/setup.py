@@ -1,0 +1,381 @@
+"""What a run builds from its config, before any step: validation, the Setup and the Trainer.
+
+  train_lib.validate_config(config)     # every field checked before data or model is built
+  setup = Setup(config)                 # task (its data), model, loss, optimizer, mesh
+  trainer = Trainer(setup)              # the jitted step (donated state), init, decode
+
+`Trainer` refuses, in one line, a run whose parameters, optimizer state and one step's
+activations cannot fit the device's memory (`estimate_memory`), before allocating anything.
+The loop over steps is `el_jax.train`; a whole run in a workdir is `el_jax.job`.
+"""
+import dataclasses
+import functools
+import os
+
+import jax
+import numpy as np
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from el_jax import config as config_lib
+from el_jax import distributed
+from el_jax import losses
+from el_jax import optim
+from el_jax import step as step_lib
+from el_jax import tasks
+from el_jax.models import decoder
+from el_jax.models import pretrained
+
+
+def load_pretrained(config, task):
+  """(DecoderConfig, params) of the Hugging Face GPT-2 checkpoint `config.model.pretrained`.
+
+  The architecture is the checkpoint's: `model.preset` must be "gpt2" and the size fields of
+  config.model (num_layers, num_heads, embed_dim, mlp_dim) must equal the checkpoint's, and
+  the task's vocabulary and context must fit it; otherwise a ValueError names what differs.
+  """
+  m = config.model
+  path = m.pretrained
+  if m.preset != "gpt2":
+    raise ValueError(f"model.pretrained={path!r} is a GPT-2 checkpoint; set model.preset='gpt2' "
+                     f"(got {m.preset!r})")
+  cfg, params = pretrained.load_gpt2(path)
+  want = {"num_layers": m.num_layers, "num_heads": m.num_heads, "embed_dim": m.embed_dim,
+          "mlp_dim": m.mlp_dim or 4 * m.embed_dim}
+  differ = [f"model.{k}={v} (checkpoint {getattr(cfg, k)})" for k, v in want.items()
+            if getattr(cfg, k) != v]
+  if differ:
+    raise ValueError(f"model.pretrained={path!r} does not match the config: " + ", ".join(differ)
+                     + "; set these fields to the checkpoint's sizes")
+  if cfg.vocab_size != task.vocab_size:
+    raise ValueError(f"model.pretrained={path!r} has a vocabulary of {cfg.vocab_size} tokens, "
+                     f"the task {task.vocab_size}; use a task tokenized for this checkpoint")
+  if cfg.max_len < task.context_len:
+    raise ValueError(f"model.pretrained={path!r} has {cfg.max_len} positions, fewer than the "
+                     f"task's context of {task.context_len}")
+  if m.dtype != cfg.dtype:
+    cfg = dataclasses.replace(cfg, dtype=m.dtype)
+  return cfg, params
+
+
+class Setup:
+  """Everything derived from a config once: the task (its data), model, loss, optimizer, mesh."""
+
+  def __init__(self, config, validated=False):
+    """`validated=True`: the caller ran `validate_config(config)` already (el_jax.job)."""
+    if not validated:
+      validate_config(config)
+    self.config = config
+    t = config.train
+    # Cheap objects first, so that their config errors come before any data is built.
+    self.loss_fn = losses.get_loss_from_config(config.loss)
+    self.reduce_fn = losses.get_reduction_from_config(config.loss)
+    self.tx, self.schedule = optim.make_optimizer(config.optim, t.num_steps)
+    self.mesh = step_lib.make_mesh(config.get("num_devices", 0))
+    task_cls = tasks.get_task_class(config.task)
+    rows, n = task_cls.rows_per_step(config), self.mesh.devices.size
+    if rows % n:
+      raise ValueError(f"{task_cls.describe_batch(config)} cannot be split over {n} "
+                       f"devices; use a batch that is a multiple of {n}, or set num_devices")
+    self.task = task_cls(config)
+    self.steps_per_epoch = self.task.num_train // self.task.examples_per_step
+    self.model_cfg = step_lib.model_config(config, self.task.vocab_size, self.task.context_len)
+    self.pretrained_params = None
+    if config.model.get("pretrained", ""):
+      self.model_cfg, self.pretrained_params = load_pretrained(config, self.task)
+    self.scored_positions = self.task.scored_positions
+
+  def batch(self, seed, step):
+    """The training batch of `step` for model seed `seed` (the task's)."""
+    return self.task.batch(seed, step)
+
+
+def make_setup(config):
+  return Setup(config)
+
+
+class Trainer:
+  """Jitted functions for one Setup (shared by all seeds); the `evaluator` tasks evaluate with."""
+
+  def __init__(self, setup: Setup, score_all_positions=False):
+    """`score_all_positions=True` computes the logits at every position in the
+    train step (same results up to float rounding, slower; for benchmarks)."""
+    self.setup = setup
+    mesh = setup.mesh
+    self.repl = NamedSharding(mesh, P())
+    self.data_sharding = NamedSharding(mesh, P("data"))
+    # Shapes only (jax.eval_shape): nothing is allocated before `check_memory` has said the
+    # run fits. The graphdef is static structure, the same as that of an eager init.
+    graphdefs = []
+
+    def init_shapes(seed):
+      graphdefs.append(decoder.init(setup.model_cfg, seed)[0])
+      return step_lib.init_state(setup.model_cfg, setup.tx, seed)
+    abstract = jax.eval_shape(init_shapes, 0)
+    self.graphdef = graphdefs[0]
+    self.state_sharding = jax.tree.map(lambda _: self.repl, abstract)
+    self.abstract_state = abstract
+    self.memory = check_memory(setup, abstract, mesh.devices.flat[0], mesh.devices.size)
+    self._init = jax.jit(functools.partial(step_lib.init_state, setup.model_cfg, setup.tx),
+                         out_shardings=self.state_sharding)
+    positions = None if score_all_positions else setup.scored_positions
+    step_fn = setup.task.step_fn()
+    step_kw = {"positions": positions}
+    if setup.config.loss.get("reduction", "mean") != "mean":  # "mean": step_lib.train_step's own
+      step_kw["reduce_fn"] = setup.reduce_fn
+    self.compiler_options = opts = step_lib.compiler_options(setup.config)
+    # The pure step of one seed, (state, batch) -> (state, metrics); el_jax.seeds maps it.
+    self.pure_step = functools.partial(step_fn, self.graphdef, setup.loss_fn, setup.tx,
+                                       setup.task.groups, **step_kw)
+    self.step = jax.jit(self.pure_step,
+                        in_shardings=(self.state_sharding, self.data_sharding),
+                        out_shardings=(self.state_sharding, self.repl), donate_argnums=0,
+                        compiler_options=opts)
+    # Inputs arrive sharded over `data` (`put`), params replicated.
+    self.decode = jax.jit(setup.task.decode_fn(self.graphdef), compiler_options=opts)
+    self.num_devices = mesh.devices.size
+    self.num_processes = jax.process_count()
+    if self.num_processes > 1:  # el_jax.distributed: predictions replicated, readable by every process
+      self.decode = jax.jit(setup.task.decode_fn(self.graphdef), out_shardings=self.repl,
+                            compiler_options=opts)
+
+  def init(self, seed):
+    return self._init(seed)
+
+  def put_batch(self, batch):
+    if self.num_processes > 1:  # each process puts its own rows of the global batch
+      return distributed.put_rows(batch, self.data_sharding)
+    return jax.device_put(batch, self.data_sharding)
+
+  def put(self, arrays):
+    """Host arrays (or a tuple of them) -> device arrays sharded over `data`."""
+    if self.num_processes > 1:
+      return distributed.put_rows(arrays, self.data_sharding)
+    return jax.device_put(arrays, self.data_sharding)
+
+  def evaluate(self, params, dataset):
+    """The task's evaluation of `params` on `dataset` (a flat dict of floats)."""
+    return self.setup.task.evaluate(self, params, dataset)
+
+
+# Activations kept for the backward pass, per token and layer: K_ACTIVATIONS x embed_dim values
+# (the MLP's hidden width before and after its nonlinearity, 2 x mlp_dim = 8 x embed_dim at
+# the usual 4x, counted from the config's mlp_dim; the normed inputs, q, k, v, the attention
+# output, residual sums and the backward pass's temporaries: 16 x embed_dim), plus
+# 3 x num_heads x context for the attention scores, probabilities and their gradient; per
+# scored token, the logits and their gradient (2 x vocab). Fitted on this CPU to the peak
+# memory of one step of configs/copy_task.py:paper (12.6 GB measured, 13.4 GB estimated) and
+# :paper_lc1 (1.6 GB measured with the compiler's own use, 1.0 GB estimated): a rough
+# estimate, there to refuse what cannot fit before anything is allocated, not to plan a
+# tight fit.
+K_ACTIVATIONS = 24
+
+
+def tree_bytes(tree):
+  """Bytes of the arrays (or ShapeDtypeStructs) of a pytree."""
+  return sum(int(np.prod(x.shape, dtype=np.int64)) * np.dtype(x.dtype).itemsize
+             for x in jax.tree.leaves(tree))
+
+
+def estimate_memory(setup, abstract_state, num_devices, platform="cpu"):
+  """{"params", "opt_state", "grads", "activations", "total"} bytes one device needs for a
+  training step of `setup` (see K_ACTIVATIONS), from shapes only; with `train.vmap_seeds`,
+  the stacked seeds' states (and, for the "vmap" step, activations) count once per seed."""
+  cfg, m = setup.config, setup.model_cfg
+  task_cls = type(setup.task)
+  rows = -(-task_cls.rows_per_step(cfg) // num_devices)
+  ctx = setup.task.context_len
+  scored = setup.scored_positions
+  scored = ctx if scored is None else int(np.size(scored))
+  itemsize = 2 if m.dtype == "bfloat16" else 4
+  mlp = m.mlp_dim or 4 * m.embed_dim
+  per_layer = (K_ACTIVATIONS - 8) * m.embed_dim + 2 * mlp + 3 * m.num_heads * ctx
+  activations = rows * (ctx * m.num_layers * per_layer + scored * 2 * m.vocab_size) * itemsize
+  params = tree_bytes(abstract_state["params"])
+  opt = tree_bytes(abstract_state["opt_state"])
+  stacked = len(cfg.seeds) if cfg.train.get("vmap_seeds", False) else 1
+  impl = cfg.train.get("vmap_seeds_impl", "auto")
+  if impl == "auto":  # as el_jax.seeds.resolve_impl
+    impl = "map" if platform == "cpu" else "vmap"
+  act_copies = stacked if impl == "vmap" else 1
+  out = {"params": params * stacked, "opt_state": opt * stacked, "grads": params * stacked,
+         "activations": activations * act_copies, "rows": rows, "context": ctx}
+  out["total"] = out["params"] + out["opt_state"] + out["grads"] + out["activations"]
+  return out
+
+
+def available_memory(device):
+  """(bytes, where from) a device can hold: an accelerator's `memory_stats()["bytes_limit"]`;
+  on CPU the machine's available RAM (MemAvailable of /proc/meminfo, else sysconf), which
+  every CPU device shares. (None, reason) when unknown."""
+  if device.platform != "cpu":
+    try:
+      stats = device.memory_stats() or {}
+    except Exception:  # noqa: BLE001 -- a backend without memory stats: no check
+      stats = {}
+    if stats.get("bytes_limit"):
+      return int(stats["bytes_limit"]), f"{device.platform} memory_stats()['bytes_limit']"
+    return None, "no memory_stats()['bytes_limit']"
+  try:
+    with open("/proc/meminfo") as f:
+      for line in f:
+        if line.startswith("MemAvailable:"):
+          return int(line.split()[1]) * 1024, "MemAvailable of /proc/meminfo"
+  except OSError:
+    pass
+  try:
+    return (os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"),
+            "os.sysconf available pages")
+  except (ValueError, OSError, AttributeError):
+    return None, "unknown"
+
+
+def _gb(n):
+  for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6)):
+    if n >= size:
+      return f"{n / size:.3g} {unit}"
+  return f"{n / 1e3:.3g} kB"
+
+
+def check_memory(setup, abstract_state, device, num_devices):
+  """Refuses (ValueError, one line) a run whose `estimate_memory` exceeds what the devices
+  hold (`available_memory`; on CPU the devices share the machine's RAM, so their sum counts),
+  naming the estimate and what to lower. Returns the estimate."""
+  est = estimate_memory(setup, abstract_state, num_devices, device.platform)
+  have, source = available_memory(device)
+  shared = device.platform == "cpu" and num_devices > 1
+  need = est["total"] * (num_devices if device.platform == "cpu" else 1)
+  if have is None or need <= have:
+    return est
+  cfg = setup.config
+  big = max(("params", "opt_state", "activations"), key=est.get)
+  lower = ("model.embed_dim, model.num_layers or model.mlp_dim" if big != "activations" else
+           f"the batch ({type(setup.task).describe_batch(cfg)}), data.context_len or the "
+           f"model's size")
+  each = (f"{_gb(est['total'])} on each of {num_devices} CPU devices sharing the RAM; "
+          if shared else "")
+  raise ValueError(
+      f"this run needs about {_gb(need)} of memory ({each}estimate: params "
+      f"{_gb(est['params'])} + optimizer state {_gb(est['opt_state'])} + gradients "
+      f"{_gb(est['grads'])} + activations {_gb(est['activations'])} for {est['rows']} rows x "
+      f"{est['context']} tokens, with {K_ACTIVATIONS} x embed_dim values per token and "
+      f"layer), more than the {_gb(have)} available ({device.platform}: {source}); lower "
+      f"{lower}, or use a device with more memory")
+
+
+def _not_int(v):
+  return isinstance(v, bool) or not isinstance(v, (int, np.integer))
+
+
+# What a config of the generic loop must have (the task may need more: Task.validate_config).
+REQUIRED_BLOCKS = {
+    "seeds": "the model seeds, e.g. c.seeds = (0, 1, 2)",
+    "data": "the task's data fields",
+    "model": "model.num_layers, num_heads, embed_dim, ...",
+    "loss": "loss.name and its hyperparameters",
+    "optim": "optim.name, lr, ...",
+    "train": "train.num_steps, log_every, eval_every, checkpoint_every, ...",
+}
+
+
+REQUIRED_TRAIN_FIELDS = ("num_steps", "log_every", "checkpoint_every")
+
+
+def check_required(config):
+  """A ValueError naming the config file (when known) and the first missing block of
+  `REQUIRED_BLOCKS` or field of `train`, before anything reads them."""
+  where = config_lib.source(config)
+  where = f"the config ({where})" if where else "the config"
+  for name, what in REQUIRED_BLOCKS.items():
+    if name not in config:
+      raise ValueError(f"{where} has no {name!r} field ({what}); every config of "
+                       f"config.task={config.get('task', '<absent>')!r} needs one")
+  for name in REQUIRED_TRAIN_FIELDS:
+    if name not in config.train:
+      raise ValueError(f"{where} has no train.{name} field (an integer >= 1)")
+
+
+def validate_config(config):
+  """Fails early, with the allowed values, on config mistakes (before any data or model)."""
+  task_cls = tasks.get_task_class(config.get("task", "<absent>"))
+  check_required(config)
+  seeds = config.seeds
+  if isinstance(seeds, (int, np.integer)) and not isinstance(seeds, bool):
+    raise ValueError(f"config.seeds={seeds!r} must be a tuple of integers, e.g. ({seeds},)")
+  if not isinstance(seeds, (tuple, list)):
+    raise ValueError(f"config.seeds={seeds!r} must be a tuple of model seeds, e.g. (0,)")
+  if not len(seeds):
+    raise ValueError("config.seeds is empty; give at least one model seed, e.g. (0,)")
+  config_lib.check_seeds(config)  # every seed field an integer in [0, 2**32)
+  repeated = sorted({int(s) for s in seeds if list(seeds).count(s) > 1})
+  if repeated:
+    raise ValueError(f"config.seeds={tuple(int(s) for s in seeds)!r} repeats seed"
+                     f"{'s' if len(repeated) > 1 else ''} {', '.join(map(str, repeated))}; "
+                     f"each seed is one run (seed_<s>/ in the workdir), give distinct seeds")
+  t = config.train
+  for name in REQUIRED_TRAIN_FIELDS:
+    if _not_int(t[name]) or t[name] < 1:
+      raise ValueError(f"train.{name}={t[name]!r} must be an integer >= 1")
+  for name, meaning in (("eval_every", "0 = only at the end"),
+                        ("stop_at_step", "0 = train to train.num_steps"),
+                        ("keep_checkpoints", "0 = keep every checkpoint")):
+    val = t.get(name, 0)
+    if _not_int(val) or val < 0:
+      raise ValueError(f"train.{name}={val!r} must be an integer >= 0 ({meaning})")
+  src = t.get("init_from", "")
+  if src and not os.path.isdir(os.path.join(src, f"seed_{int(seeds[0])}", "checkpoints")):
+    raise ValueError(f"train.init_from={src!r} is not a workdir with checkpoints of seed "
+                     f"{int(seeds[0])}; give a finished run of the same model (or '' = none)")
+  pre = config.model.get("pretrained", "")
+  if pre and not os.path.isfile(os.path.join(pre, "config.json")):
+    raise ValueError(f"model.pretrained={pre!r} is not a Hugging Face GPT-2 checkpoint directory "
+                     f"(config.json + model.safetensors); give one, or '' for random weights")
+  if not isinstance(config.get("progress", True), bool):
+    raise ValueError(f"progress={config.progress!r} must be True or False")
+  n = config.get("num_devices", 0)
+  if _not_int(n) or n < 0:
+    raise ValueError(f"num_devices={n!r} must be an integer >= 0 (0 = all local devices)")
+  dots = t.get("cpu_dots", "xla")
+  if dots not in step_lib.CPU_DOTS:
+    raise ValueError(f"train.cpu_dots={dots!r} must be one of {tuple(step_lib.CPU_DOTS)} (the matmul "
+                     f"library of the CPU backend; docs/bench.md)")
+  optim.validate_config(config.optim)
+  losses.validate_config(config.loss)
+  decoder.validate_model_config(config.model)
+  validate_vmap_seeds(config)
+  task_cls.validate_config(config)
+
+
+VMAP_SEEDS_IMPLS = ("auto", "vmap", "map")  # el_jax.seeds
+
+
+def validate_vmap_seeds(config):
+  """One-line errors for `train.vmap_seeds` / `train.vmap_seeds_impl` and for the
+  combinations the stacked program (`el_jax.seeds`) does not support."""
+  t = config.train
+  on = t.get("vmap_seeds", False)
+  if not isinstance(on, bool):
+    raise ValueError(f"train.vmap_seeds={on!r} must be True or False")
+  impl = t.get("vmap_seeds_impl", "auto")
+  if impl not in VMAP_SEEDS_IMPLS:
+    raise ValueError(f"train.vmap_seeds_impl={impl!r} must be one of {VMAP_SEEDS_IMPLS}")
+  if not on:
+    return
+  refused = []
+  if flatness_every(config):
+    refused.append(f"flatness.every={config.flatness.every} (set it to 0)")
+  if "adversarial" in config and config.adversarial.get("enabled", False) is True:
+    refused.append("adversarial.enabled=True (set it to False)")
+  if config.model.get("pretrained", ""):
+    refused.append(f"model.pretrained={config.model.pretrained!r} (set it to '')")
+  if t.get("init_from", ""):
+    refused.append(f"train.init_from={t.init_from!r} (set it to '')")
+  if refused:
+    raise ValueError(f"train.vmap_seeds=True does not support {', '.join(refused)}; or set "
+                     f"train.vmap_seeds=False to train the seeds one after the other")
+
+
+def flatness_every(config):
+  """`flatness.every` (0 when the config has no flatness block)."""
+  f = config.get("flatness")
+  return f.get("every", 0) if f is not None else 0

@@ -1,0 +1,127 @@
+"""The pure training step and what builds it from a config: mesh, model config, initial state.
+
+  state = step.init_state(model_cfg, tx, seed)      # {"params", "opt_state", "step"}
+  state, metrics = step.train_step(graphdef, loss_fn, tx, groups, state, batch)
+
+Every function here is a module-level pure function (tests call them un-jitted);
+`el_jax.setup.Trainer` jits `train_step` with the state donated, the params replicated and
+the batch sharded over the `data` axis of `make_mesh`. A task may supply another step with
+the same signature (`el_jax.tasks.base.Task.step_fn`; the MLM task's adversarial step).
+"""
+import jax
+import jax.numpy as jnp
+import optax
+
+from el_jax import losses
+from el_jax.models import decoder
+
+
+def model_config(config, vocab_size, context_len):
+  """The DecoderConfig of `config.model` for the task's vocabulary and context."""
+  return decoder.config_from(config.model, vocab_size, context_len)
+
+
+def make_mesh(num_devices=0):
+  """1-D `data` mesh over the first `num_devices` devices (0 = all). With several processes
+  (el_jax.distributed) `jax.devices()` are those of every process, and the mesh takes them all."""
+  devs = jax.devices()
+  n = num_devices or len(devs)
+  if n > len(devs):
+    raise ValueError(f"num_devices={n} but only {len(devs)} devices are visible")
+  if jax.process_count() > 1 and n != len(devs):
+    raise ValueError(f"num_devices={n}: with {jax.process_count()} processes the mesh must take "
+                     f"every device of every process; set num_devices=0 (or {len(devs)})")
+  return jax.make_mesh((n,), ("data",), axis_types=(jax.sharding.AxisType.Auto,), devices=devs[:n])
+
+
+def init_state(model_cfg, tx, seed):
+  _, params = decoder.init(model_cfg, seed)
+  return {"params": params, "opt_state": tx.init(params), "step": jnp.zeros((), jnp.int32)}
+
+
+def masked_mean(x, m):
+  return jnp.sum(x * m) / jnp.maximum(jnp.sum(m), 1.0)
+
+
+def train_step(graphdef, loss_fn, tx, groups, state, batch, positions=None, reduce_fn=None):
+  """One optimizer step. Returns (new_state, metrics).
+
+  The objective is `reduce_fn(per_token_loss, loss_mask)` (`losses.get_reduction`;
+  None = the masked mean, the "mean" reduction); the metric `loss` is that objective,
+  `loss_<g>` the plain masked means.
+
+  `groups`: the task's metric groups; the batch holds a `mask_<g>` for each
+  (see `el_jax.tasks.base`), and the metrics `loss_<g>`, `ce_<g>`, `n_<g>`.
+  `positions` (optional, static int array): the only positions where any of
+  the batch's masks can be nonzero. Logits, losses and metrics are then
+  computed there only (the model skips the last block's queries and MLP and
+  the unembedding elsewhere); the result equals that of `positions=None` up
+  to float rounding. `Trainer` passes the task's `scored_positions`.
+  """
+  if positions is not None:
+    batch = dict(batch)
+    for key in ("targets", "loss_mask", *(f"mask_{g}" for g in groups)):
+      batch[key] = batch[key][:, positions]
+
+  def objective(params):
+    logits = decoder.apply(graphdef, params, batch["inputs"], batch["segment_ids"], positions)
+    per_tok = loss_fn(logits, batch["targets"])
+    return (reduce_fn or masked_mean)(per_tok, batch["loss_mask"]), (logits, per_tok)
+
+  (loss, (logits, per_tok)), grads = jax.value_and_grad(objective, has_aux=True)(state["params"])
+  updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
+  params = optax.apply_updates(state["params"], updates)
+  ce = optax.softmax_cross_entropy_with_integer_labels(logits, batch["targets"])
+  stats = losses.margin_stats(logits, batch["targets"], batch["loss_mask"])
+  metrics = {"loss": loss, "ce": masked_mean(ce, batch["loss_mask"])}
+  for g in groups:
+    m = batch[f"mask_{g}"]
+    metrics[f"loss_{g}"] = masked_mean(per_tok, m)
+    metrics[f"ce_{g}"] = masked_mean(ce, m)
+    metrics[f"n_{g}"] = jnp.sum(m)
+  metrics.update({
+      "margin_mean": stats["margin_mean"],
+      "margin_min": stats["margin_min"],
+      "fitted_frac": stats["fitted_frac"],
+      "grad_norm": optax.global_norm(grads),
+      "update_norm": optax.global_norm(updates),
+      "param_norm": optax.global_norm(params),
+  })
+  new_state = {"params": params, "opt_state": opt_state, "step": state["step"] + 1}
+  return new_state, metrics
+
+
+# `train.cpu_dots`: XLA debug options for the CPU backend's matmuls, passed per compiled
+# function (`jax.jit(compiler_options=...)`), so one process can time both (el_jax.bench).
+# "xla": XLA's own choice (in jax 0.10.2, dots run as YNNPACK fusions); every committed
+# result was trained with it. "eigen": XLA's Eigen dot emitter, no XNNPACK / YNNPACK
+# fusions: measured faster on the small models here (docs/bench.md), different rounding.
+CPU_DOTS = {
+    "xla": {},
+    "eigen": {"xla_cpu_use_xnnpack": False, "xla_cpu_experimental_ynn_fusion_type": ""},
+}
+
+
+def compiler_options(config):
+  """The `jax.jit` compiler options of `config.train.cpu_dots` ({} off the CPU backend)."""
+  if jax.default_backend() != "cpu":
+    return {}
+  return dict(CPU_DOTS[config.train.get("cpu_dots", "xla")])
+
+
+def ce_objectives(graphdef):
+  """(loss_fn, logits_fn) of the mean CE on a batch's scored tokens (`loss_mask`).
+
+  The pure functions of params and batch that el_jax.flatness measures:
+  `loss_fn(params, batch) -> scalar`, `logits_fn(params, batch) -> (logits, mask)`.
+  """
+  ce = losses.get_loss("ce")
+
+  def logits_fn(params, batch):
+    return decoder.apply(graphdef, params, batch["inputs"], batch["segment_ids"]), batch["loss_mask"]
+
+  def loss_fn(params, batch):
+    logits, mask = logits_fn(params, batch)
+    return masked_mean(ce(logits, batch["targets"]), mask)
+
+  return loss_fn, logits_fn

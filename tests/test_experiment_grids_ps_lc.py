@@ -1,0 +1,137 @@
+"""experiments/path_star_table1.py and experiments/label_copy.py on el_jax.grid: at test size
+each writes the grid's row schema, its per-seed numbers are those of `runner.run_or_reuse` of
+the same config, and its Holm p-values are `stats.holm` over each family; the committed JSON
+(converted from the pre-grid schema) recomputes from its per-seed values."""
+import json
+import os
+
+import pytest
+
+from el_jax import config as config_lib
+from el_jax import grid as grid_lib
+from el_jax import runner
+from el_jax import stats
+
+import reliability  # tests/reliability.py
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _compilation_cache(tmp_path_factory):
+  """The direct runs compile the programs of a grid run again: JAX's persistent cache in a
+  temporary folder for this module only (`reliability.compilation_cache`)."""
+  with reliability.compilation_cache(tmp_path_factory.mktemp("jax_cache")):
+    yield
+
+
+_script = reliability.experiment_script
+
+
+def _check_document(doc, n_rows):
+  assert isinstance(doc["rows"], list) and len(doc["rows"]) == n_rows
+  for r in doc["rows"]:
+    assert set(grid_lib.ROW_FIELDS) <= set(r), r["label"]
+    for m, col in r["per_seed"].items():
+      assert len(col) == len(r["seeds"]), (r["label"], m)
+  rows = {r["label"]: r for r in doc["rows"]}
+  for family, comps in doc["comparisons"].items():
+    for c in comps:
+      got = stats.compare(rows[c["a"]]["per_seed"][c["metric"]],
+                          rows[c["b"]]["per_seed"][c["metric"]])
+      assert {k: c[k] for k in got} == got, (family, c["a"], c["b"])
+    assert [c["p_holm"] for c in comps] == stats.holm([c["p_value"] for c in comps]), family
+  return rows
+
+
+def _same_as_a_direct_run(row, workdir):
+  """The row's per-seed values are those of runner.run_or_reuse of its config, trained
+  afresh in `workdir`."""
+  cfg = grid_lib.make_config(row["config_name"], row["variant"], row["overrides"], row["seeds"])
+  cfg.progress = False
+  assert not config_lib.config_diff(config_lib.flatten(row["config"]),
+                                    config_lib.flatten(config_lib.config_dict(cfg)))
+  summary = runner.run_or_reuse(cfg, str(workdir), verbose=False)
+  assert row["per_seed"] and summary["per_seed"]
+  for m, col in row["per_seed"].items():
+    assert col == [f[m] for f in summary["per_seed"]], m
+  assert row["aggregate"] == summary["aggregate"]
+
+
+def test_path_star_grid_at_test_size(tmp_path):
+  """Stage main on G(2,3), 2 seeds: the grid's rows and comparisons, a direct run of its
+  first config, and its rows reused from the JSON when the run folders are gone."""
+  ps = _script("path_star_table1")
+  argv = ["--size=test", "--seeds=0,1", "--graphs", "G(2,3)", "--runs_dir",
+          str(tmp_path / "runs"), "--out", str(tmp_path / "out")]
+  ps.main(argv)
+  with open(tmp_path / "out" / "table1.json") as f:
+    doc = json.load(f)
+  assert doc["size"] == "test" and doc["stage"] == "main"
+  rows = _check_document(doc, 3)
+  assert list(rows) == ["G(2,3) CE", "G(2,3) CE + warmup", "G(2,3) E1 + warmup"]
+  (comps,) = doc["comparisons"].values()
+  assert [(c["a"], c["b"]) for c in comps] == [(f"G(2,3) {a}", f"G(2,3) {b}")
+                                               for a, b in ps.COMPARISONS]
+  for r in rows.values():
+    assert r["seeds"] == [0, 1] and r["graph"] == "G(2,3)" and r["stage"] == "main"
+    assert r["workdir"] == os.path.join(str(tmp_path / "runs"), "test",
+                                        grid_lib.slug(r["label"]))
+    assert r["test_file"] == "" and r["overrides"]["data.test_file"] == ""
+    assert r["test_decision_greedy"] == r["aggregate"]["test_greedy_pos1"]
+    assert set(r["train_ce"]) == {"decision", "rest"}
+  assert rows["G(2,3) CE"]["paper"] == {"mean": 0.289, "min": 0.123, "max": 0.472}
+  assert rows["G(2,3) CE + warmup"]["paper"] is None
+  assert rows["G(2,3) E1 + warmup"]["overrides"]["loss.name"] == "e1"
+  for name in ("table1.png", "table1_positions.png", "table1_losses.png"):
+    assert os.path.exists(tmp_path / "out" / name), name
+  _same_as_a_direct_run(doc["rows"][0], tmp_path / "direct")
+  # Its rows are reused from the JSON (same config) even when the run folders are gone.
+  os.rename(tmp_path / "runs", tmp_path / "runs_moved")
+  ps.main(argv)
+  with open(tmp_path / "out" / "table1.json") as f:
+    again = json.load(f)
+  assert again["rows"] == doc["rows"] and again["comparisons"] == doc["comparisons"]
+  assert not os.path.exists(tmp_path / "runs" / "test")
+
+
+def test_label_copy_grid_at_test_size(tmp_path):
+  """The from-scratch runs on KJV, 2 seeds: the grid's rows, the two Holm families and a
+  direct run of its first config."""
+  lc = _script("label_copy")
+  doc = lc.main(["--size=test", "--texts=kjv", "--starts=scratch", "--seeds=0,1", "--runs_dir",
+                 str(tmp_path / "runs"), "--out", str(tmp_path / "out")])
+  with open(tmp_path / "out" / "table.json") as f:
+    assert json.load(f) == json.loads(json.dumps(doc))
+  rows = _check_document(doc, 2)
+  assert list(rows) == ["kjv_scratch_ce", "kjv_scratch_e1_warmup"]
+  assert set(doc["comparisons"]) == set(lc.COMPARED)
+  for comps in doc["comparisons"].values():
+    assert [(c["a"], c["b"]) for c in comps] == [("kjv_scratch_e1_warmup", "kjv_scratch_ce")]
+  for r in rows.values():
+    assert r["variant"] == "test" and r["seeds"] == [0, 1] and r["start"] == "scratch"
+    assert r["workdir"] == os.path.join(str(tmp_path / "runs"), r["label"])
+    assert set(r["train_seconds_per_seed"]) == {"0", "1"}
+    assert "model.pretrained" not in r["overrides"]
+  assert rows["kjv_scratch_e1_warmup"]["overrides"]["optim.warmup_steps"] == 4  # half of 8
+  assert doc["pretraining"] is None and doc["fine_tuning"]["steps"] == 8
+  assert doc["command"] == ("python experiments/label_copy.py --size=test --seeds=0,1 "
+                            "--texts=kjv --starts=scratch")
+  assert os.path.exists(tmp_path / "out" / "table.png")
+  _same_as_a_direct_run(doc["rows"][0], tmp_path / "direct")
+
+
+def test_committed_results_recompute_from_their_per_seed_values():
+  """The converted JSON: aggregates of the per-seed metrics are stats.aggregate of them,
+  each comparison stats.compare of its pair, p_holm stats.holm over its family."""
+  for rel, n in (("path_star_table1/table1.json", 6), ("path_star_table1/long/table1.json", 2),
+                 ("label_copy/table.json", 8)):
+    with open(os.path.join(ROOT, "results", rel)) as f:
+      doc = json.load(f)
+    rows = _check_document(doc, n)
+    for r in rows.values():
+      k = len(r["seeds"])
+      got = stats.aggregate([{m: col[i] for m, col in r["per_seed"].items()} for i in range(k)])
+      assert got == {m: r["aggregate"][m] for m in r["per_seed"]}, (rel, r["label"])
+  with open(os.path.join(ROOT, "results", "path_star_table1", "table1.json")) as f:
+    assert len(json.load(f)["comparisons"]["test_em_all"]) == 6

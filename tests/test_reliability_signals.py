@@ -1,0 +1,241 @@
+"""Reliability, signals: SIGINT and SIGTERM at any point of a run stop it cleanly, and the next
+run resumes it to the numbers of an uninterrupted run.
+
+Each case runs `python -m el_jax.main` on configs/copy_task.py:test (longer than the
+default: 400 steps, a checkpoint and an evaluation every 100) and sends the signal either
+from outside, once the run has logged its first training row, or from inside at a chosen
+point (a checkpoint save, an evaluation, a flatness measurement: a prelude wraps that
+function to signal its own process, so the point is hit every time). Then it checks: exit
+status 130 (SIGINT) / 143 (SIGTERM), the last line, no traceback nor orbax background
+noise, the workdir's lock released; and that running the same command again finishes with
+the summary.json and evaluation rows of an uninterrupted run. A kill -9 between two stacked
+seeds' checkpoint saves resumes to the same numbers too.
+"""
+import json
+import math
+import os
+import signal
+import time
+
+import pytest
+
+import reliability as rel
+
+COPY = "--config=configs/copy_task.py:test"
+LONG = (COPY, "--config.train.num_steps=400", "--config.train.checkpoint_every=100",
+        "--config.train.eval_every=100", "--config.train.log_every=20")
+STACKED = LONG + ("--config.seeds=(0,1)", "--config.train.vmap_seeds=True")
+FLATNESS = (COPY, "--config.train.num_steps=100", "--config.train.checkpoint_every=50",
+            "--config.train.eval_every=50", "--config.flatness.every=50",
+            "--config.flatness.num_probes=2", "--config.flatness.num_batches=1")
+NOISE = ("Traceback", "Exception ignored", "Event loop is closed", "Invalid file descriptor",
+         "was never retrieved")
+
+
+def _start(args, workdir, prelude=None):
+  """`python -m el_jax.main *args --workdir=...` in the background (`prelude`: see
+  `reliability.start_with`)."""
+  args = [*args, f"--workdir={workdir}"]
+  return rel.start(*args) if prelude is None else rel.start_with(prelude, *args)
+
+
+def _signal_in(module, function, when, action):
+  """A prelude wrapping `module.function` so that, on the call where `when` (a Python
+  expression of the call's `args`) holds, it runs `action` (Python code) first."""
+  return f"""
+import os, signal
+import {module} as _m
+_orig = _m.{function}
+def _wrapped(*args, **kwargs):
+  if {when}:
+    {action}
+  return _orig(*args, **kwargs)
+_m.{function} = _wrapped
+"""
+
+
+def _self_signal(sig):
+  return f"os.kill(os.getpid(), signal.{sig.name})"
+
+
+# Where the signal comes: ("outside", None) once the first training row is logged, or a prelude.
+SAVE_200 = ("orbax.checkpoint", "CheckpointManager.save", "args[1] == 200")
+SAVE_200_SEED_1 = ("orbax.checkpoint", "CheckpointManager.save",
+                   "args[1] == 200 and str(args[0].directory).endswith('seed_1/checkpoints')")
+EVAL_100 = ("el_jax.train", "eval_row", "args[2] == 100")
+FLATNESS_50 = ("el_jax.flatness", "measure_during_training", "True")
+
+CASES = {
+    "sigint_training": (LONG, signal.SIGINT, None),
+    "sigterm_training": (LONG, signal.SIGTERM, None),
+    "sigint_checkpoint_save": (LONG, signal.SIGINT, SAVE_200),
+    "sigterm_checkpoint_save": (LONG, signal.SIGTERM, SAVE_200),
+    "sigint_evaluation_after_checkpoint": (LONG, signal.SIGINT, EVAL_100),
+    "sigterm_evaluation_after_checkpoint": (LONG, signal.SIGTERM, EVAL_100),
+    "sigterm_flatness_hook": (FLATNESS, signal.SIGTERM, FLATNESS_50),
+    "sigterm_stacked_seeds_training": (STACKED, signal.SIGTERM, None),
+    "sigint_stacked_seeds_between_saves": (STACKED, signal.SIGINT, SAVE_200_SEED_1),
+}
+
+
+def _wait_for(predicate, timeout=180):
+  t_end = time.time() + timeout
+  while time.time() < t_end:
+    if predicate():
+      return True
+    time.sleep(0.02)
+  return False
+
+
+def _has_train_row(workdir):
+  path = workdir / "metrics.jsonl"
+  return path.exists() and '"kind": "train"' in path.read_text()
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+  """The summary.json and metrics rows of an uninterrupted run of `args` (one run per args)."""
+  done = {}
+
+  def get(args):
+    if args not in done:
+      workdir = tmp_path_factory.mktemp("reference") / "run"
+      proc = rel.run(*args, f"--workdir={workdir}")
+      assert proc.returncode == 0, proc.stderr[-3000:]
+      done[args] = (json.loads((workdir / "summary.json").read_text()),
+                    rel.read_jsonl(workdir / "metrics.jsonl"))
+    return done[args]
+  return get
+
+
+def _close(a, b, tol=1e-6):
+  if isinstance(a, dict) and isinstance(b, dict):
+    return a.keys() == b.keys() and all(_close(a[k], b[k], tol) for k in a)
+  if isinstance(a, list) and isinstance(b, list):
+    return len(a) == len(b) and all(_close(x, y, tol) for x, y in zip(a, b))
+  if isinstance(a, float) and isinstance(b, float):
+    return a == b or (math.isfinite(a) and abs(a - b) <= tol * max(1.0, abs(b)))
+  return a == b
+
+
+def _logged(rows, kinds=("eval", "flatness")):
+  """{(seed, step, kind): row} of the rows of `kinds`; every key once."""
+  keys = [(r["seed"], r["step"], r["kind"]) for r in rows if r["kind"] in kinds]
+  assert len(keys) == len(set(keys)), f"duplicated rows: {sorted(keys)}"
+  return {(r["seed"], r["step"], r["kind"]): r for r in rows if r["kind"] in kinds}
+
+
+def _assert_resumes_to_reference(args, workdir, reference):
+  proc = rel.run(*args, f"--workdir={workdir}")
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert not (workdir / ".lock").exists()
+  want_summary, want_rows = reference(args)
+  summary = json.loads((workdir / "summary.json").read_text())
+  assert _close(summary["per_seed"], want_summary["per_seed"]), (summary["per_seed"],
+                                                                 want_summary["per_seed"])
+  got, want = _logged(rel.read_jsonl(workdir / "metrics.jsonl")), _logged(want_rows)
+  assert sorted(got) == sorted(want), "evaluation / flatness rows lost or added"
+  for key in want:
+    assert _close(got[key], want[key]), (key, got[key], want[key])
+  return proc
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_signal_stops_cleanly_and_the_run_resumes(case, tmp_path, reference):
+  args, sig, where = CASES[case]
+  workdir = tmp_path / "run"
+  if where is None:  # from outside, in the middle of training
+    proc = _start(args, workdir)
+    assert _wait_for(lambda: _has_train_row(workdir) or proc.poll() is not None)
+    proc.send_signal(sig)
+  else:
+    proc = _start(args, workdir, prelude=_signal_in(*where, _self_signal(sig)))
+  _, err = proc.communicate(timeout=300)
+  assert proc.returncode == 128 + sig, f"exit {proc.returncode}:\n{err[-3000:]}"
+  lines = [line for line in err.splitlines() if line.strip()]
+  assert lines[-1] == (f"interrupted ({sig.name}); run the same command again to resume "
+                       f"from the last checkpoint"), err[-3000:]
+  for noise in NOISE:
+    assert noise not in err, err[-3000:]
+  assert not (workdir / ".lock").exists(), "the lock was left behind"
+  if where is SAVE_200 or where is SAVE_200_SEED_1:  # the save finished before the stop
+    assert "finishing the checkpoint" in err, err[-3000:]
+    for seed_dir in sorted(workdir.glob("seed_*")):
+      assert (seed_dir / "checkpoints" / "200").is_dir(), os.listdir(seed_dir / "checkpoints")
+  assert not list(workdir.glob("seed_*/checkpoints/*.orbax-checkpoint-tmp*"))
+  _assert_resumes_to_reference(args, workdir, reference)
+
+
+def test_kill_between_two_stacked_seeds_saves_resumes_every_row(tmp_path, reference):
+  # kill -9 right after seed 0's checkpoint of step 200, before seed 1's: no handler runs.
+  workdir = tmp_path / "run"
+  proc = _start(STACKED, workdir, prelude="""
+import os, signal
+import orbax.checkpoint as ocp
+_orig_save = ocp.CheckpointManager.save
+def _save(self, step, *args, **kwargs):
+  out = _orig_save(self, step, *args, **kwargs)
+  if step == 200 and str(self.directory).endswith("seed_0/checkpoints"):
+    os.kill(os.getpid(), signal.SIGKILL)
+  return out
+ocp.CheckpointManager.save = _save
+""")
+  proc.communicate(timeout=300)
+  assert proc.returncode == -signal.SIGKILL
+  assert (workdir / "seed_0" / "checkpoints" / "200").is_dir()
+  assert not (workdir / "seed_1" / "checkpoints" / "200").exists()
+  # Seed 0 resumes from step 200 (its evaluation of step 200, never logged, is computed from
+  # that checkpoint), seed 1 from step 100; the stale lock is taken over.
+  resumed = _assert_resumes_to_reference(STACKED, workdir, reference)
+  assert "taking over its lock" in resumed.stderr
+  assert "seed 0: logging the eval row of step 200" in resumed.stderr
+
+
+# ----------------------------------------------------------------------------
+# The pieces, in process (el_jax.workdir)
+
+
+def test_uninterrupted_block_finishes_before_the_signal_takes_effect():
+  from el_jax import workdir as wd
+  done = []
+  with wd.catch_interrupts():
+    with pytest.raises(wd.Interrupted) as e:
+      with wd.uninterrupted("the test block"):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)  # the handler has run by now: deferred
+        done.append("rest of the block")
+      done.append("after the block")  # never reached
+  assert done == ["rest of the block"]
+  assert (e.value.name, e.value.exit_status) == ("SIGTERM", 143)
+  # Nested blocks: the outermost one defers for all.
+  with wd.catch_interrupts():
+    with pytest.raises(wd.Interrupted):
+      with wd.uninterrupted("outer"):
+        with wd.uninterrupted("inner"):
+          os.kill(os.getpid(), signal.SIGINT)
+          time.sleep(0.05)
+        done.append("outer's rest")
+  assert done[-1] == "outer's rest"
+
+
+def test_interrupt_swallowed_by_a_gc_callback_is_sent_again():
+  import gc
+  from el_jax import workdir as wd
+  sent = []
+
+  def callback(phase, info):
+    if phase == "start" and not sent:
+      sent.append(1)
+      os.kill(os.getpid(), signal.SIGTERM)
+      for _ in range(1000):  # the handler runs here: its exception cannot leave a callback
+        pass
+
+  with wd.catch_interrupts():
+    gc.callbacks.append(callback)
+    try:
+      with pytest.raises(wd.Interrupted):
+        gc.collect()
+        time.sleep(5)  # the signal comes again within 0.05 s
+    finally:
+      gc.callbacks.remove(callback)
+  assert sent

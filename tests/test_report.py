@@ -1,0 +1,234 @@
+"""The results pages (docs/results/*.md) are what `python -m el_jax.report` makes of the JSON.
+
+If `test_committed_pages_are_what_the_json_gives` fails, a results file or a template changed
+without the pages being regenerated: run `python -m el_jax.report` and commit docs/results/.
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from el_jax import report
+
+ROOT = report.ROOT
+DOCS = os.path.join(ROOT, report.DOCS)
+
+
+def _copy_root(tmp_path):
+  """A copy of what the generator reads (results/, docs/results/, the linked docs) under tmp."""
+  shutil.copytree(os.path.join(ROOT, report.RESULTS), tmp_path / report.RESULTS)
+  shutil.copytree(DOCS, tmp_path / report.DOCS)
+  shutil.copy(os.path.join(ROOT, report.README), tmp_path / report.README)
+  return tmp_path
+
+
+def test_committed_pages_are_what_the_json_gives():
+  pages = report.render_all(ROOT)
+  assert sorted(pages) == sorted([f"{p}.md" for p in report.PAGES] + [report.INDEX])
+  bad = report.differing(pages, DOCS)
+  assert not bad, (f"docs/results/{', docs/results/'.join(bad)} differ from what the JSON under "
+                   f"results/ gives: run `python -m el_jax.report` and commit the pages")
+
+
+def test_the_readme_index_is_what_the_json_gives():
+  """The README's index table (paper item -> headline number -> reproduced) is generated."""
+  readme = report.readme_with_index(ROOT)
+  assert not report.differing({report.README: readme}, ROOT), (
+      "README.md's index table differs from what the JSON under results/ gives: run "
+      "`python -m el_jax.report` and commit README.md")
+  table = readme.split(report.INDEX_BEGIN)[1].split(report.INDEX_END)[0]
+  assert "{{" not in table and table.count("\n|") >= 10
+  for page in set(re.findall(r"\]\((docs/results/[\w.]+\.md)", table)):
+    assert os.path.exists(os.path.join(ROOT, page)), page
+
+
+def test_the_readme_is_a_door():
+  """Under 12 KB, with the two commands and a link to every results page."""
+  with open(os.path.join(ROOT, "README.md"), "rb") as fh:
+    text = fh.read().decode()
+  assert len(text.encode()) < 12 * 1024
+  assert "make demo" in text and "make test" in text
+  for page in report.PAGES:
+    assert f"docs/results/{page}.md" in text, page
+
+
+def test_every_placeholder_of_every_template_resolves():
+  for page in report.PAGES:
+    text, sources = report.render_page(page, ROOT)
+    assert "{{" not in text and "}}" not in text, page
+    assert sources, page
+    for section in text.split("\n## ")[1:]:
+      title = section.splitlines()[0]
+      assert "\nReproduced" in section, f"{page}, section {title!r}: no 'Reproduced ...' line"
+
+
+def test_changing_a_number_in_the_json_changes_the_page(tmp_path):
+  root = _copy_root(tmp_path)
+  assert report.main(["--root", str(root)]) == 0  # the copy's pages, from the copy's JSON
+  path = root / report.RESULTS / "demo" / "summary.json"
+  data = json.loads(path.read_text())
+  before, _ = report.render_page("seed000_equal_learning", str(root))
+  data["comparisons"]["test_em_hard"][1]["p_value"] = 0.123456  # e1_warmup vs ce
+  data["rows"][0]["aggregate"]["test_em_hard"]["mean"] = 0.111111  # ce
+  path.write_text(json.dumps(data))
+  after, _ = report.render_page("seed000_equal_learning", str(root))
+  assert after != before
+  assert "p = 0.12" in after and "0.111" in after and "0.111" not in before
+  # --check names exactly the changed page and the README (its index quotes the demo), one
+  # line each; the pages' index is unchanged
+  proc = subprocess.run([sys.executable, "-m", "el_jax.report", "--check", "--root", str(root)],
+                        capture_output=True, text=True)
+  assert proc.returncode == 1
+  lines = proc.stderr.strip().splitlines()
+  assert len(lines) == 2, proc.stderr
+  assert "seed000_equal_learning.md" in lines[0] and lines[1].startswith("README.md"), proc.stderr
+  assert all("python -m el_jax.report" in line for line in lines)
+  # writing fixes it
+  assert report.main(["--root", str(root)]) == 0
+  assert report.main(["--check", "--root", str(root)]) == 0
+
+
+def test_a_placeholder_that_does_not_resolve_names_page_placeholder_and_file(tmp_path):
+  root = _copy_root(tmp_path)
+  tpl = root / report.TEMPLATES / "speed.md"
+  cases = {
+      "{{ number: demo/summary.json:comparisons.nope.p_value | p }}":
+          ["key 'nope'", "results/demo/summary.json", "'test_em_hard'"],
+      "{{ number: demo/missing.json:a.b | f3 }}": ["results/demo/missing.json does not exist"],
+      "{{ number: demo/summary.json:comparisons.test_em_hard[a=e1_warmup].p_value }}":
+          ["needs a format"],
+      "{{ number: copy_task_suite/table3.json:rows[label=\"no such run\"].seeds | seeds }}":
+          ["matches 0 elements", "results/copy_task_suite/table3.json"],
+      "{{ table: no_such_table }}": ["no table 'no_such_table'"],
+      "{{ image: demo/missing.png }}": ["results/demo/missing.png does not exist"],
+      "{{ paper: s999.nothing }}": ["no paper number 's999.nothing'"],
+  }
+  for placeholder, words in cases.items():
+    tpl.write_text(f"# Speed\n\nA line {placeholder} here.\n")
+    with pytest.raises(report.ReportError) as e:
+      report.render_page("speed", str(root))
+    msg = str(e.value)
+    assert msg.startswith("docs/results/speed.md: placeholder {{"), msg
+    for w in words:
+      assert w in msg, (w, msg)
+  # the command line prints it as one `error:` line, exit status 2
+  proc = subprocess.run([sys.executable, "-m", "el_jax.report", "--root", str(root)],
+                        capture_output=True, text=True)
+  assert proc.returncode == 2
+  assert proc.stderr.startswith("error: docs/results/speed.md: placeholder")
+  assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_the_generator_does_not_import_jax(tmp_path):
+  code = ("import sys\nfrom el_jax import report\n"
+          f"rc = report.main(['--out', {str(tmp_path)!r}])\n"
+          "print(rc, sorted(m for m in sys.modules if m.split('.')[0] in "
+          "('jax', 'jaxlib', 'flax', 'optax', 'orbax', 'tensorflow')))")
+  env = {k: v for k, v in os.environ.items() if not k.startswith("JAX")}
+  proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                        cwd=ROOT)
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stdout.strip() == "0 []", (proc.stdout, proc.stderr)
+  assert sorted(os.listdir(tmp_path)) == sorted([f"{p}.md" for p in report.PAGES] +
+                                                [report.INDEX])
+
+
+def test_every_embedded_image_and_relative_link_exists():
+  seen_images = 0
+  for name in sorted(os.listdir(DOCS)):
+    if not name.endswith(".md"):
+      continue
+    text = open(os.path.join(DOCS, name)).read()
+    for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text):
+      if re.match(r"[a-z]+://", target):
+        continue
+      path = os.path.normpath(os.path.join(DOCS, target))
+      assert os.path.exists(path), f"docs/results/{name} links to {target}, which does not exist"
+    images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
+    for img in images:
+      assert img.startswith("../../results/") and img.endswith(".png"), (name, img)
+    seen_images += len(images)
+  assert seen_images >= 20
+
+
+def _num(s):
+  return [float(x) for x in re.findall(r"\d+\.\d+|\d+", s)]
+
+
+def test_the_papers_numbers_match_the_copies_the_scripts_wrote():
+  """report.PAPER (typed from the seed texts) against the `paper` fields some JSON carry."""
+  rows = json.load(open(os.path.join(ROOT, "results/copy_task_suite/table3.json")))["rows"]
+  for r in rows:
+    if r["paper"] is not None:
+      assert _num(report.PAPER[f"s000.t3.{r['label']}"][0]) == [r["paper"]]
+  for r in json.load(open(os.path.join(ROOT, "results/path_star_table1/table1.json")))["rows"]:
+    if r["paper"] is not None:
+      p = r["paper"]
+      assert _num(report.PAPER[f"s000.t1.{r['graph']}.{r['run']}"][0]) == [p["mean"], p["min"],
+                                                                          p["max"]]
+  lc = json.load(open(os.path.join(ROOT, "results/label_copy/table.json")))["paper_table2"]
+  for text, d in lc.items():
+    for loss, v in d.items():
+      assert _num(report.PAPER[f"s000.t2.{text}.{loss}"][0]) == [v]
+  adv = json.load(open(os.path.join(ROOT, "results/adversarial_pretraining/table.json")))["paper"]
+  for model, key in (("adamw", "adamw"), ("adversarial", "adversarial"),
+                     ("lookup_table", "lookup")):
+    t1 = adv["table1"][model]
+    assert _num(report.PAPER[f"s002.t1.{key}.loss"][0]) == [t1["loss"]]
+    assert _num(report.PAPER[f"s002.t1.{key}.A"][0]) == [x for x in t1["A"] if x is not None]
+    assert _num(report.PAPER[f"s002.t1.{key}.B"][0]) == [x for x in t1["B"] if x is not None]
+  for model in ("adamw", "adversarial"):
+    assert _num(report.PAPER[f"s002.t2.{model}.trace"][0]) == adv["table2"][model]["trace"]
+  emb = json.load(open(os.path.join(ROOT, "results/mlm_flatness/embedded_hmm.json")))["paper"]
+  assert _num(report.PAPER["s002.fig5.trace"][0]) == emb["trace"]
+  assert _num(report.PAPER["s002.fig5.probe"][0]) == emb["probe"]
+
+
+def test_path_language_and_formats():
+  data = {"runs": [{"label": "CE k=1", "seed": 2, "m": {"data.k": 55, "v": 0.5}},
+                   {"label": "E1 k=1", "seed": 3, "m": {"data.k": 110, "v": 0.25}},
+                   {"label": "E1 k=2", "seed": 6, "m": {"data.k": 110, "v": 0.75}}],
+          "d": {"a b": [1, 2, 3, 4], "2": "two"}}
+
+  def get(path):
+    return report.walk(data, report.parse_path(path), "x.json")[0]
+  assert get('runs[label="E1 k=2"].seed') == 6
+  assert get("runs[?seed<=3].m.v") == [0.5, 0.25]
+  assert get("runs[?label^=E1].m.v") == [0.25, 0.75]
+  assert get("runs[?m.data.k>55][seed=3].label") == "E1 k=1"
+  assert get('d["a b"][1:3]') == [2, 3]
+  assert get("d.2") == "two" and get("d[2]") == "two"
+  assert get("runs[*].seed") == [2, 3, 6]
+  data["runs"][1]["vs"] = {"p": 0.5, "q": 0.25}
+  assert get("runs[?vs].vs[*]") == [0.5, 0.25]  # elements that have the key; [*] flattens
+  assert report.apply_ops([2, 3, 6], ["mean", "f2"], "w") == "3.67"
+  assert report.apply_ops(0.000123, ["p"], "w") == "0.00012"
+  assert report.apply_ops(-0.0004, ["+f3"], "w") == "-0.000"
+  assert report.apply_ops({"mean": 0.5, "min": 0.25, "max": 0.75}, ["mr2"], "w") == \
+      "0.50 (0.25, 0.75)"
+  assert report.apply_ops([0.1, -0.2], ["ci2"], "w") == "[+0.10, -0.20]"
+  assert report.apply_ops(list(range(2, 12)), ["seeds"], "w") == "2-11"
+  assert report.apply_ops([0, 1], ["seeds"], "w") == "0, 1"
+  assert report.apply_ops(1234567, ["int"], "w") == "1,234,567"
+  assert report.apply_ops(0.6, ["pct0"], "w") == "60%"
+  assert report.apply_ops(1.234, ["x2"], "w") == "1.23x"
+  with pytest.raises(report.ReportError, match="matches 2 elements"):
+    get("runs[m.data.k=110]")
+  with pytest.raises(report.ReportError, match="needs a format"):
+    report.apply_ops(0.5, [], "w")
+  with pytest.raises(report.ReportError, match="unknown format"):
+    report.apply_ops(0.5, ["q7"], "w")
+
+
+def test_optional_sections_say_not_yet_run(tmp_path):
+  root = _copy_root(tmp_path)
+  for folder in ("plan_paper", "paper_two_steps"):
+    shutil.rmtree(root / report.RESULTS / folder, ignore_errors=True)
+  text, sources = report.render_page("speed", str(root))
+  assert "*Not yet run* (`results/plan_paper/plan.json` is absent" in text
+  assert "*Not yet run* (`results/paper_two_steps/two_steps.json` is absent" in text
+  assert not any(s.startswith(("plan_paper", "paper_two_steps")) for s in sources)

@@ -69,7 +69,7 @@ def check_workdir_config(config, workdir, allow=()):
   Without this a finished seed's final.json would be reported for a config
   that never trained it. Fields in `resumable_fields(config)` may differ;
   those named in `allow` (`--allow_config_change`) too, and are returned as
-  {key: [old, new]} (see `el_jax.workdir.check_config`).
+  {key: [old, new]} (see `el_jax.config.check_config`).
   """
   return config_lib.check_config(config, workdir, resumable_fields(config), allow)
 
@@ -90,7 +90,7 @@ def train_and_evaluate(config, workdir, allow_config_change=()):
   Returns None if `train.stop_at_step` stopped training early. The workdir is
   locked while this runs (`el_jax.workdir.Lock`); `allow_config_change` names
   the optimizer / loss fields that may differ from the config it was trained
-  with (`el_jax.workdir.parse_allowed`).
+  with (`el_jax.config.parse_allowed`).
   """
   train.validate_config(config)
   allow = config_lib.parse_allowed(allow_config_change)

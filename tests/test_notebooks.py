@@ -99,18 +99,28 @@ def test_notebook_in_sync_with_py_and_stripped(path):
       assert not cell.outputs and cell.execution_count is None, f"{path} has outputs; {fix}"
 
 
-def test_copy_task_notebook_runs(tmp_path, monkeypatch):
+def _execute(name, monkeypatch, env, compile_cache=None):
+  """Runs colab/<name>.ipynb on its `test` variant with `env` set; returns (notebook, the
+  code cells' outputs, their stream text). `compile_cache`: a JAX persistent compilation cache
+  folder, for notebooks whose runs share programs (CE and E1: init and decoding)."""
   monkeypatch.setenv("EL_JAX_NOTEBOOK_VARIANT", "test")
-  monkeypatch.setenv("EL_JAX_NOTEBOOK_WORKDIR", str(tmp_path))
   monkeypatch.setenv("JAX_PLATFORMS", "cpu")
-  # CE and E1 share the init and decoding programs: compile them once.
-  monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(tmp_path / "jax_cache"))
-  monkeypatch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
-  nb = nbformat.read(os.path.join(ROOT, "colab", "copy_task.ipynb"), as_version=4)
+  for k, v in env.items():
+    monkeypatch.setenv(k, str(v))
+  if compile_cache is not None:
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(compile_cache))
+    monkeypatch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+  nb = nbformat.read(os.path.join(ROOT, "colab", f"{name}.ipynb"), as_version=4)
   NotebookClient(nb, timeout=300, kernel_name="python3",
                  resources={"metadata": {"path": ROOT}}).execute()
   outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
   text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
+  return nb, outputs, text
+
+
+def test_copy_task_notebook_runs(tmp_path, monkeypatch):
+  nb, outputs, text = _execute("copy_task", monkeypatch, {"EL_JAX_NOTEBOOK_WORKDIR": tmp_path},
+                               compile_cache=tmp_path / "jax_cache")
   assert "CpuDevice" in text and "variant 'test'" in text
   table_rows = [l.split()[:3] for l in text.splitlines()]
   for run in ("ce", "ce_warmup", "e1_warmup"):
@@ -124,15 +134,8 @@ def test_copy_task_notebook_runs(tmp_path, monkeypatch):
 
 
 def test_mlm_flatness_notebook_runs(tmp_path, monkeypatch):
-  monkeypatch.setenv("EL_JAX_NOTEBOOK_VARIANT", "test")
-  monkeypatch.setenv("EL_JAX_NOTEBOOK_WORKDIR", str(tmp_path / "run"))
-  monkeypatch.setenv("EL_JAX_CACHE", str(tmp_path / "cache"))
-  monkeypatch.setenv("JAX_PLATFORMS", "cpu")
-  nb = nbformat.read(os.path.join(ROOT, "colab", "mlm_flatness.ipynb"), as_version=4)
-  NotebookClient(nb, timeout=300, kernel_name="python3",
-                 resources={"metadata": {"path": ROOT}}).execute()
-  outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
-  text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
+  _, outputs, text = _execute("mlm_flatness", monkeypatch, {
+      "EL_JAX_NOTEBOOK_WORKDIR": tmp_path / "run", "EL_JAX_CACHE": tmp_path / "cache"})
   assert "variant 'test'" in text and "optimal one-token MLM loss" in text, text
   for needle in ("gap to the optimum", "Tr(H), B.1 estimator", "task C probe test accuracy"):
     assert needle in text, text
@@ -141,18 +144,10 @@ def test_mlm_flatness_notebook_runs(tmp_path, monkeypatch):
 
 
 def test_path_star_notebook_runs(tmp_path, monkeypatch):
-  monkeypatch.setenv("EL_JAX_NOTEBOOK_VARIANT", "test")
-  monkeypatch.setenv("EL_JAX_NOTEBOOK_WORKDIR", str(tmp_path / "run"))
-  monkeypatch.setenv("EL_JAX_CACHE", str(tmp_path / "cache"))  # the unpacked test set
-  monkeypatch.setenv("JAX_PLATFORMS", "cpu")
-  # CE and E1 share the init and decoding programs: compile them once.
-  monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(tmp_path / "jax_cache"))
-  monkeypatch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
-  nb = nbformat.read(os.path.join(ROOT, "colab", "path_star.ipynb"), as_version=4)
-  NotebookClient(nb, timeout=300, kernel_name="python3",
-                 resources={"metadata": {"path": ROOT}}).execute()
-  outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
-  text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
+  nb, outputs, text = _execute(  # EL_JAX_CACHE: the unpacked reference test set
+      "path_star", monkeypatch, {"EL_JAX_NOTEBOOK_WORKDIR": tmp_path / "run",
+                                 "EL_JAX_CACHE": tmp_path / "cache"},
+      compile_cache=tmp_path / "jax_cache")
   assert "CpuDevice" in text and "variant 'test': G(2,3) over 50 nodes" in text, text
   num = r"\d\.\d{3} \(\d\.\d{3}, \d\.\d{3}\)"
   for run in ("CE", "E1 + warmup"):

@@ -123,7 +123,7 @@ def validate_config(config):
 def check_workdir(config, workdir):
   """Refuses a workdir trained with another config (a WorkdirError, i.e. a ValueError).
 
-  config.json decides (`el_jax.workdir.check_config`); a workdir written before
+  config.json decides (`el_jax.config.check_config`); a workdir written before
   config.json existed is judged by the config its summary.json records.
   """
   config_lib.check_config(config, workdir)

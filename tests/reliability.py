@@ -134,3 +134,14 @@ def experiment_script(name):
   mod = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(mod)
   return mod
+
+
+def wait_for(predicate, timeout, poll=0.05):
+  """True once `predicate()` is true, polled every `poll` s; False after `timeout` s."""
+  import time
+  t_end = time.time() + timeout
+  while time.time() < t_end:
+    if predicate():
+      return True
+    time.sleep(poll)
+  return False

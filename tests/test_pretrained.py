@@ -31,22 +31,24 @@ def _hf_config(**overrides):
   return hf
 
 
-def _hf_tensors(seed, n_inner=4 * D, buffers=True):
-  """Random GPT-2 tensors in the HF layout (no prefix), scaled so every part matters."""
+def _hf_tensors(seed, n_inner=None, buffers=True, d=D, n_layer=L, vocab=V, positions=P):
+  """Random GPT-2 tensors in the HF layout (no prefix), scaled so every part matters
+  (n_inner: the MLP width, default 4 d)."""
+  n_inner = 4 * d if n_inner is None else n_inner
   rng = np.random.default_rng(seed)
   w = lambda *s: rng.normal(0.0, 0.3, s).astype(np.float32)  # noqa: E731
-  t = {"wte.weight": rng.normal(0.0, 1.0, (V, D)).astype(np.float32),
-       "wpe.weight": rng.normal(0.0, 0.5, (P, D)).astype(np.float32),
-       "ln_f.weight": 1 + w(D), "ln_f.bias": w(D)}
-  for i in range(L):
-    t |= {f"h.{i}.ln_1.weight": 1 + w(D), f"h.{i}.ln_1.bias": w(D),
-          f"h.{i}.attn.c_attn.weight": w(D, 3 * D), f"h.{i}.attn.c_attn.bias": w(3 * D),
-          f"h.{i}.attn.c_proj.weight": w(D, D), f"h.{i}.attn.c_proj.bias": w(D),
-          f"h.{i}.ln_2.weight": 1 + w(D), f"h.{i}.ln_2.bias": w(D),
-          f"h.{i}.mlp.c_fc.weight": w(D, n_inner), f"h.{i}.mlp.c_fc.bias": w(n_inner),
-          f"h.{i}.mlp.c_proj.weight": w(n_inner, D), f"h.{i}.mlp.c_proj.bias": w(D)}
+  t = {"wte.weight": rng.normal(0.0, 1.0, (vocab, d)).astype(np.float32),
+       "wpe.weight": rng.normal(0.0, 0.5, (positions, d)).astype(np.float32),
+       "ln_f.weight": 1 + w(d), "ln_f.bias": w(d)}
+  for i in range(n_layer):
+    t |= {f"h.{i}.ln_1.weight": 1 + w(d), f"h.{i}.ln_1.bias": w(d),
+          f"h.{i}.attn.c_attn.weight": w(d, 3 * d), f"h.{i}.attn.c_attn.bias": w(3 * d),
+          f"h.{i}.attn.c_proj.weight": w(d, d), f"h.{i}.attn.c_proj.bias": w(d),
+          f"h.{i}.ln_2.weight": 1 + w(d), f"h.{i}.ln_2.bias": w(d),
+          f"h.{i}.mlp.c_fc.weight": w(d, n_inner), f"h.{i}.mlp.c_fc.bias": w(n_inner),
+          f"h.{i}.mlp.c_proj.weight": w(n_inner, d), f"h.{i}.mlp.c_proj.bias": w(d)}
     if buffers:  # what HF stores besides the parameters
-      t[f"h.{i}.attn.bias"] = np.tril(np.ones((P, P), np.float32))[None, None]
+      t[f"h.{i}.attn.bias"] = np.tril(np.ones((positions, positions), np.float32))[None, None]
       t[f"h.{i}.attn.masked_bias"] = np.asarray(-1e4, np.float32)
   return t
 

@@ -17,12 +17,7 @@ COPY = "--config=configs/copy_task.py:test"
 
 
 def _wait_for(predicate, timeout=120):
-  t_end = time.time() + timeout
-  while time.time() < t_end:
-    if predicate():
-      return True
-    time.sleep(0.05)
-  return False
+  return rel.wait_for(predicate, timeout, poll=0.05)
 
 
 def test_two_runs_on_one_workdir(tmp_path):

@@ -19,7 +19,7 @@ from el_jax.models import pretrained
 from el_jax import runner
 from el_jax.tasks import label_copy as lc_task
 from el_jax.tasks import text_lm
-from test_pretrained import _np_gpt2, _write
+from test_pretrained import _hf_tensors, _np_gpt2, _write
 
 # 24 dims: divisible by the 4 heads of the checkpoint and by GPT2Config's default 12, so a
 # loader that ignored `num_attention_heads` would load 12 heads without complaint.
@@ -27,22 +27,8 @@ D, HEADS, L, V, P = 24, 4, 2, 40, 16
 
 
 def _tensors(seed, d=D, n_layer=L):
-  """Random GPT-2 tensors in the HF layout (no prefix), scaled so every part matters."""
-  rng = np.random.default_rng(seed)
-  w = lambda *s: rng.normal(0.0, 0.3, s).astype(np.float32)  # noqa: E731
-  t = {"wte.weight": rng.normal(0.0, 1.0, (V, d)).astype(np.float32),
-       "wpe.weight": rng.normal(0.0, 0.5, (P, d)).astype(np.float32),
-       "ln_f.weight": 1 + w(d), "ln_f.bias": w(d)}
-  for i in range(n_layer):
-    t |= {f"h.{i}.ln_1.weight": 1 + w(d), f"h.{i}.ln_1.bias": w(d),
-          f"h.{i}.attn.c_attn.weight": w(d, 3 * d), f"h.{i}.attn.c_attn.bias": w(3 * d),
-          f"h.{i}.attn.c_proj.weight": w(d, d), f"h.{i}.attn.c_proj.bias": w(d),
-          f"h.{i}.ln_2.weight": 1 + w(d), f"h.{i}.ln_2.bias": w(d),
-          f"h.{i}.mlp.c_fc.weight": w(d, 4 * d), f"h.{i}.mlp.c_fc.bias": w(4 * d),
-          f"h.{i}.mlp.c_proj.weight": w(4 * d, d), f"h.{i}.mlp.c_proj.bias": w(d),
-          f"h.{i}.attn.bias": np.tril(np.ones((P, P), np.float32))[None, None],
-          f"h.{i}.attn.masked_bias": np.asarray(-1e4, np.float32)}
-  return t
+  """Random GPT-2 tensors in the HF layout (no prefix) at this file's sizes."""
+  return _hf_tensors(seed, d=d, n_layer=n_layer, vocab=V, positions=P)
 
 
 def _canonical(**overrides):

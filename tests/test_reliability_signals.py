@@ -79,12 +79,7 @@ CASES = {
 
 
 def _wait_for(predicate, timeout=180):
-  t_end = time.time() + timeout
-  while time.time() < t_end:
-    if predicate():
-      return True
-    time.sleep(0.02)
-  return False
+  return rel.wait_for(predicate, timeout, poll=0.02)
 
 
 def _has_train_row(workdir):

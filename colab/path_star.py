@@ -96,7 +96,7 @@ GRAPH = {"data.degree": 2, "data.path_len": 3, "data.num_nodes": 50,
 # experiments/path_star_table1.py's runs "CE" (the config's warmup: the reference's 100
 # steps) and "E1 + warmup" (lam 1, 1000 warmup steps): label -> (workdir name, overrides).
 RUNS = {"CE": ("ce", {"loss.name": "ce"}),
-        "E1 + warmup": ("e1_warmup", {"loss.name": "e1", "loss.lam": 1.0,
+        "E1 + warmup": ("e1_warmup", {"loss.name": "e1", "loss.e1.lam": 1.0,
                                       "optim.warmup_steps": 1000})}
 PAPER = {"CE": (0.289, 0.123, 0.472), "E1 + warmup": (0.655, 0.486, 0.976)}  # Table 1, G(2,3)
 

@@ -4,7 +4,7 @@ Run (CPU, a few minutes per seed):
 
   python -m el_jax.main --config=configs/copy_task.py:cpu --workdir=runs/copy_ce
   python -m el_jax.main --config=configs/copy_task.py:cpu --workdir=runs/copy_e1 \
-      --config.loss.name=e1 --config.loss.lam=4 --config.optim.warmup_steps=200
+      --config.loss.name=e1 --config.loss.e1.lam=4 --config.optim.warmup_steps=200
 
 Variants:
   paper      L_c=5, L_p=2000, context 2013, GPT-NeoX 4 x 1024, 4 heads (accelerator).
@@ -115,4 +115,4 @@ def sweep(add):
   """
   add(**{"loss.name": "ce"})
   add(**{"loss.name": "ce", "optim.warmup_steps": 750})
-  add(**{"loss.name": "e1", "loss.lam": 1.0, "optim.warmup_steps": 750})
+  add(**{"loss.name": "e1", "loss.e1.lam": 1.0, "optim.warmup_steps": 750})

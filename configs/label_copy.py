@@ -4,7 +4,7 @@ Run (CPU, a few minutes; the examples are built once and cached):
 
   python -m el_jax.main --config=configs/label_copy.py:cpu --workdir=runs/lc_ce
   python -m el_jax.main --config=configs/label_copy.py:cpu --workdir=runs/lc_e1 \
-      --config.loss.name=e1 --config.loss.lam=1 --config.optim.warmup_steps=300
+      --config.loss.name=e1 --config.loss.e1.lam=1 --config.optim.warmup_steps=300
   python -m el_jax.main --config=configs/label_copy.py:paper --config.data.corpus=shakespeare \
       --config.model.pretrained=/path/to/gpt2 --workdir=runs/lc_shakespeare_ce
 
@@ -124,4 +124,4 @@ def sweep(add):
   for corpus in ("kjv", "shakespeare"):
     add(**{"data.corpus": corpus, "loss.name": "ce"})
     add(**{"data.corpus": corpus, "loss.name": "ce", "optim.warmup_steps": 1000})
-    add(**{"data.corpus": corpus, "loss.name": "e1", "loss.lam": 1.0, "optim.warmup_steps": 1000})
+    add(**{"data.corpus": corpus, "loss.name": "e1", "loss.e1.lam": 1.0, "optim.warmup_steps": 1000})

@@ -4,7 +4,7 @@ Run (any G(d, l): set data.degree / data.path_len):
 
   python -m el_jax.main --config=configs/path_star.py:cpu --workdir=runs/ps_ce
   python -m el_jax.main --config=configs/path_star.py:cpu --workdir=runs/ps_e1 \
-      --config.loss.name=e1 --config.loss.lam=1 --config.optim.warmup_steps=1000
+      --config.loss.name=e1 --config.loss.e1.lam=1 --config.optim.warmup_steps=1000
   python -m el_jax.main --config=configs/path_star.py:paper --config.data.degree=5 \
       --config.data.test_file=reference \
       --workdir=runs/ps_g53_ce

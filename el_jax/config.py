@@ -219,7 +219,8 @@ def apply_overrides(cfg, overrides):
       if leaf not in node:
         raise KeyError(leaf)
     except (KeyError, TypeError):
-      raise ValueError(f"unknown config key {key!r}") from None
+      hint = losses.moved_field_hint(key[len("loss."):]) if key.startswith("loss.") else ""
+      raise ValueError(f"unknown config key {key!r}" + (f": {hint}" if hint else "")) from None
     node[leaf] = val
   return cfg
 
@@ -254,22 +255,60 @@ def config_dict(config):
   return json.loads(config.to_json_best_effort())
 
 
+def upgrade(flat):
+  """A flattened config in today's layout. Configs written before each loss's
+  hyperparameters moved under that loss (config.json of old workdirs, result rows) had
+  them flat and shared (`loss.lam` for E1, E2 and spectral decoupling): each becomes the
+  field of every loss that takes it (`loss.e1.lam`, `loss.e2.lam`, ...), and
+  `loss.reweight_strategy` / `loss.reweight_r` become `loss.reweight.strategy` / `.r`;
+  so an old config and today's compare equal when they train the same thing."""
+  if not any(f"loss.{f}" in flat for f in losses.LEGACY_FIELDS):
+    return flat
+  out = {k: v for k, v in flat.items()
+         if not (k.startswith("loss.") and k[len("loss."):] in losses.LEGACY_FIELDS)}
+  for f in losses.LEGACY_FIELDS:
+    if f"loss.{f}" not in flat:
+      continue
+    if f.startswith("reweight_"):
+      out[f"loss.reweight.{f[len('reweight_'):]}"] = flat[f"loss.{f}"]
+    for name, fn in losses.LOSSES.items():
+      if f in losses._hparam_names(fn):
+        out[f"loss.{name}.{f}"] = flat[f"loss.{f}"]
+  return out
+
+
+def upgrade_overrides(overrides, loss_name):
+  """Dotted-key overrides in today's layout (see `upgrade`): an old flat loss field goes
+  under `loss_name` (the run's loss) if that loss takes it, and is dropped if it does not
+  (it was inert there); `loss.reweight_*` go under `loss.reweight`."""
+  out = {}
+  for k, v in overrides.items():
+    f = k[len("loss."):] if k.startswith("loss.") else None
+    if f not in losses.LEGACY_FIELDS:
+      out[k] = v
+    elif f.startswith("reweight_"):
+      out[f"loss.reweight.{f[len('reweight_'):]}"] = v
+    elif f in losses._hparam_names(losses.LOSSES[loss_name]):
+      out[f"loss.{loss_name}.{f}"] = v
+  return out
+
+
 def inert_keys(flat):
-  """Dotted keys of a flattened config that cannot change what is trained or evaluated:
-  the hyperparameters of losses other than `loss.name` (configs carry every loss's, so that
-  sweeps can switch by name), the reweighting fields while `loss.reduction` is the plain
-  mean, `optim.decay_frac` unless the schedule is "wsd", a disabled `adversarial`
-  block, the default `data.pipeline="memory"`, `data.max_sentences=0` and
-  `train.cpu_dots="xla"`. A field added to the configs later is inert in the old runs' configs too, so
-  their workdirs and result rows stay comparable."""
+  """Dotted keys of a flattened config (today's layout: `upgrade`) that cannot change what
+  is trained or evaluated: the blocks of losses other than `loss.name` (configs carry every
+  loss's, so that sweeps can switch by name), the `loss.reweight` block while
+  `loss.reduction` is the plain mean, `optim.decay_frac` unless the schedule is "wsd", a
+  disabled `adversarial` block, the default `data.pipeline="memory"`,
+  `data.max_sentences=0` and `train.cpu_dots="xla"`. A field added to the configs later is
+  inert in the old runs' configs too, so their workdirs and result rows stay comparable."""
   out = set()
   name = flat.get("loss.name")
-  fn = losses.LOSSES.get(name) if name is not None else None
-  if fn is not None:
-    used = {"loss.name", "loss.reduction"} | {f"loss.{h}" for h in losses._hparam_names(fn)}
-    if flat.get("loss.reduction", "mean") not in ("mean", "<absent>"):
-      used |= {k for k in flat if k.startswith("loss.reweight")}
-    out |= {k for k in flat if k.startswith("loss.") and k not in used}
+  if name in losses.LOSSES:
+    mine = f"loss.{name}."
+    out |= {k for k in flat if k.startswith("loss.") and k.count(".") >= 2
+            and not k.startswith(mine)
+            and not (k.startswith("loss.reweight.")
+                     and flat.get("loss.reduction", "mean") not in ("mean", "<absent>"))}
     if flat.get("loss.reduction", "mean") == "mean":
       out.add("loss.reduction")
   if flat.get("optim.decay") != "wsd":
@@ -288,7 +327,9 @@ def inert_keys(flat):
 def config_diff(a, b, ignore=frozenset()):
   """Sorted dotted keys whose values differ between flattened configs `a` and `b`
   (a key missing on one side counts as "<absent>"), leaving out those in `ignore` and
-  those inert in both (`inert_keys`: a key absent on one side is inert there)."""
+  those inert in both (`inert_keys`: a key absent on one side is inert there). Either
+  side may be in the layout of before the loss blocks (`upgrade`)."""
+  a, b = upgrade(a), upgrade(b)
   inert_a, inert_b = inert_keys(a), inert_keys(b)
 
   def inert(k, flat, keys):
@@ -354,7 +395,7 @@ def check_config(config, workdir, resumable=frozenset(), allow=()):
   old_d = stored_config(workdir)
   if old_d is None:
     return {}
-  old, new = _flat(old_d), flatten(config_dict(config))
+  old, new = upgrade(_flat(old_d)), flatten(config_dict(config))
   diff = config_diff(old, new, frozenset(resumable))
   refused = [k for k in diff if k not in allow]
   if refused:

@@ -15,22 +15,47 @@ config.json files and result rows written before still compare equal).
 import ml_collections
 
 
+# Each loss's hyperparameters, under the loss: (loss, ((field, default, comment), ...)). The
+# loss in use is `loss.name`; the blocks of the others are inert (`el_jax.config.inert_keys`),
+# so changing an unused loss's value is no config difference. Defaults are el_jax's values
+# before the blocks were split (so configs and result rows written before compare equal).
+LOSS_HPARAMS = (
+    ("e1", (("lam", 1.0, "margin-shrinking weight (>= 0)"),)),
+    ("e2", (("lam", 1.0, "margin-variance weight (>= 0)"),)),
+    ("e3", (("b", 1.0, "target logit magnitude (> 0)"),)),
+    ("label_smoothing", (("eps", 0.1, "mass spread uniformly over the V classes, in [0, 1)"),)),
+    ("z_loss", (("coef", 1e-4, "weight of (logsumexp f)^2 (>= 0)"),)),
+    ("spherical_z", (("a", 1.0, "softplus sharpness a (> 0)"), ("b", 1.0, "offset (any real)"))),
+    ("focal", (("gamma", 2.0, "exponent on (1 - p_k) (>= 0)"),)),
+    ("dice", (("alpha", 1.0, "self-adjusting exponent on (1 - p_k) (>= 0)"),
+              ("gamma", 2.0, "smoothing (> 0)"))),
+    ("gce", (("q", 0.7, "exponent q in (0, 1] (q -> 0 is CE, q = 1 is MAE / 2)"),)),
+    ("spectral_decoupling", (("lam", 1.0, "(lam / 2) ||f||^2 weight (>= 0)"),)),
+)
+# The "reweight" reduction's fields, under `loss.reweight` (inert while `loss.reduction` is "mean").
+REWEIGHT_FIELDS = (
+    ("strategy", "linupper", "weight shape: \"linupper\" | \"quadratic\" | \"extremes\""),
+    ("r", 1.0, "temperature r (> 0; KL strength towards uniform weights)"),
+)
+
+
+def _block(fields):
+  c = ml_collections.ConfigDict()
+  for k, default, _ in fields:
+    c[k] = default
+  return c
+
+
 def loss():
-  """The `loss` block: the loss by name and every loss's hyperparameters (inert unless that
-  loss is used: `el_jax.config.inert_keys`)."""
+  """The `loss` block: the loss by name, the reduction, and under each loss its own
+  hyperparameters (`loss.e1.lam`, `loss.focal.gamma`, ...: LOSS_HPARAMS); those of a loss
+  other than `loss.name` are inert (`el_jax.config.inert_keys`)."""
   c = ml_collections.ConfigDict()
   c.name = "ce"  # "ce" | "e1" | "e2" | "e3" | baselines: see el_jax.losses.LOSSES
-  c.lam = 1.0  # E1 / E2 margin-shrinking weight; spectral_decoupling (lam / 2) ||f||^2 (>= 0)
-  c.b = 1.0  # E3 target logit magnitude (> 0); spherical_z offset (any real)
-  c.eps = 0.1  # label_smoothing: mass spread uniformly over the V classes, in [0, 1)
-  c.coef = 1e-4  # z_loss: weight of (logsumexp f)^2 (>= 0)
-  c.a = 1.0  # spherical_z: softplus sharpness a (> 0)
-  c.gamma = 2.0  # focal: exponent on (1 - p_k) (>= 0); dice: smoothing (> 0)
-  c.alpha = 1.0  # dice: self-adjusting exponent on (1 - p_k) (>= 0)
-  c.q = 0.7  # gce: exponent q in (0, 1] (q -> 0 is CE, q = 1 is MAE / 2)
   c.reduction = "mean"  # over the batch's scored tokens: "mean" | "reweight" (seed 001, loss-based)
-  c.reweight_strategy = "linupper"  # "reweight" shape: "linupper" | "quadratic" | "extremes"
-  c.reweight_r = 1.0  # "reweight" temperature r (> 0; KL strength towards uniform weights)
+  for name, fields in LOSS_HPARAMS:  # loss.<name>.<field>: the comments of LOSS_HPARAMS
+    c[name] = _block(fields)
+  c.reweight = _block(REWEIGHT_FIELDS)  # loss.reweight.strategy / .r: REWEIGHT_FIELDS
   return c
 
 

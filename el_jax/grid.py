@@ -28,6 +28,12 @@ grid writes the same row schema:
 and the JSON file is {..., "rows": [row, ...], "comparisons": {family: [comparison, ...]}},
 each comparison being `stats.compare(a, b)` of one metric's per-seed values with its pair
 (`a`, `b`) and `p_holm`, the Holm-adjusted p-value over its family.
+
+A config whose task has a trainer of its own (`el_jax.tasks`, e.g. ntp_linear: no model seeds,
+no per-seed finals in its summary) joins a grid with `add(..., fit_devices=False,
+summarize=f)`: `f(cfg, summary)` returns (seeds, [{metric: value} per seed], {field: value})
+and gives the row its `seeds`, `per_seed`, `aggregate` (`stats.aggregate` of those finals) and
+extra fields (experiments/ntp_convergence.py).
 """
 import dataclasses
 import os
@@ -94,6 +100,7 @@ class Run:
   seeds: tuple | None = None
   extra: dict = dataclasses.field(default_factory=dict)
   fit_devices: bool = True
+  summarize: object = None  # (cfg, summary) -> (seeds, finals, fields); see the docstring
 
   def config(self):
     """The run's config (`make_config`)."""
@@ -109,12 +116,18 @@ def per_seed_columns(finals):
 
 
 def make_row(run, cfg, summary, seconds, workdir):
-  """The row of a finished run (the schema of the module docstring)."""
+  """The row of a finished run (the schema of the module docstring; a run with `summarize`
+  takes its seeds, per-seed finals and extra fields from it)."""
+  seeds, finals, aggregate, fields = cfg.get("seeds"), summary.get("per_seed"), None, {}
+  if run.summarize is not None:
+    seeds, finals, fields = run.summarize(cfg, summary)
+    aggregate = stats.aggregate(finals)
   return {"label": run.label, "config_name": run.config_name, "variant": run.variant,
-          "overrides": dict(run.overrides), "seeds": [int(s) for s in cfg.seeds],
-          "per_seed": per_seed_columns(summary["per_seed"]), "aggregate": summary["aggregate"],
+          "overrides": dict(run.overrides), "seeds": [int(s) for s in seeds],
+          "per_seed": per_seed_columns(finals),
+          "aggregate": summary["aggregate"] if aggregate is None else aggregate,
           "seconds": round(seconds, 1), "workdir": workdir, "config": config_lib.config_dict(cfg),
-          **run.extra}
+          **fields, **run.extra}
 
 
 class Grid:
@@ -141,12 +154,14 @@ class Grid:
       self._stored = {r.get("label"): r for r in stored["rows"]}
 
   def add(self, label, config_name, variant, overrides=None, seeds=None, fit_devices=True,
-          **extra):
-    """Declares a run; `extra` fields are copied into its row. Returns the `Run`."""
+          summarize=None, **extra):
+    """Declares a run; `extra` fields are copied into its row (`summarize`: for a task with
+    a trainer of its own, see the module docstring). Returns the `Run`."""
     if label in self.runs:
       raise ValueError(f"the grid already has a run labelled {label!r}")
     run = Run(label, config_name, variant, dict(overrides or {}),
-              None if seeds is None else tuple(int(s) for s in seeds), dict(extra), fit_devices)
+              None if seeds is None else tuple(int(s) for s in seeds), dict(extra), fit_devices,
+              summarize)
     self.runs[label] = run
     return run
 
@@ -173,8 +188,8 @@ class Grid:
       if row is None:
         workdir = os.path.join(self.runs_dir, slug(label))
         if verbose:
-          print(f"== {label}: {run.overrides}, seeds {tuple(cfg.seeds)} -> {workdir}",
-                file=sys.stderr, flush=True)
+          seeds = f", seeds {tuple(cfg.seeds)}" if "seeds" in cfg else ""
+          print(f"== {label}: {run.overrides}{seeds} -> {workdir}", file=sys.stderr, flush=True)
         t0 = time.time()
         summary = runner.run_or_reuse(cfg, workdir, verbose=verbose, reuse_from=self.reuse_from)
         if summary is None:

@@ -320,34 +320,62 @@ def get_loss(name: str, **hparams) -> LossFn:
   return loss_fn
 
 
-def get_loss_from_config(loss_cfg: Mapping[str, Any]) -> LossFn:
-  """`get_loss` from a config (dict or ConfigDict) with `name` and hyperparameters.
+# Fields of config.loss before each loss's hyperparameters moved under that loss
+# (`loss.lam` -> `loss.e1.lam`, ...; `loss.reweight_r` -> `loss.reweight.r`).
+LEGACY_FIELDS = ("lam", "b", "eps", "coef", "a", "gamma", "alpha", "q", "reweight_strategy",
+                 "reweight_r")
 
-  The config carries every loss's hyperparameters (`lam`, `b`, `eps`, `coef`,
-  `a`, `gamma`, `alpha`, `q`) so that sweeps can switch the loss by name
-  alone; only those that belong to `name` are passed on (missing ones take
-  the loss's defaults).
+
+def moved_field_hint(field):
+  """For a config.loss field of the old flat layout, where it lives now (else "")."""
+  if field in ("reweight_strategy", "reweight_r"):
+    return f"loss.{field} is now loss.reweight.{field[len('reweight_'):]}"
+  owners = [n for n, fn in LOSSES.items() if field in _hparam_names(fn)]
+  if not owners:
+    return ""
+  return (f"loss.{field} has moved: each loss's hyperparameters live under that loss "
+          f"({', '.join(f'loss.{n}.{field}' for n in owners)})")
+
+
+def _check_layout(loss_cfg):
+  legacy = [k for k in LEGACY_FIELDS if k in loss_cfg]
+  if legacy:
+    raise ValueError("; ".join(moved_field_hint(k) for k in legacy))
+
+
+def get_loss_from_config(loss_cfg: Mapping[str, Any]) -> LossFn:
+  """`get_loss` from config.loss (dict or ConfigDict): `name` and, under the loss's own
+  name, its hyperparameters (`{"name": "e1", "e1": {"lam": 4.0}, "e3": {...}, ...}`; the
+  blocks of other losses are ignored, a missing block or field takes the loss's default).
+  The old flat layout (`{"name": "e1", "lam": 4.0}`) is a ValueError saying where each
+  field lives now.
   """
+  _check_layout(loss_cfg)
   name = loss_cfg["name"]
   if name not in LOSSES:
     raise ValueError(f"unknown loss {name!r}; valid names: {sorted(LOSSES)}")
-  hparams = {k: loss_cfg[k] for k in _hparam_names(LOSSES[name])
-             if k in loss_cfg}
-  return get_loss(name, **hparams)
+  block = loss_cfg.get(name) or {}
+  return get_loss(name, **dict(block))
 
 
 def validate_config(loss_cfg: Mapping[str, Any]) -> None:
   """Checks config.loss: name, that loss's hyperparameters, the reduction and its fields.
 
   Raises:
-    ValueError naming the field and what is allowed.
+    ValueError naming the field (`loss.e1.lam`, `loss.reweight.r`, ...) and what is allowed.
   """
+  _check_layout(loss_cfg)
+  name = loss_cfg.get("name")
   try:
     get_loss_from_config(loss_cfg)
+  except ValueError as e:
+    msg = str(e)
+    raise ValueError(msg if msg.startswith(("unknown", "loss ")) else f"loss.{name}.{msg}") from None
+  try:
     get_reduction_from_config(loss_cfg)
   except ValueError as e:
     msg = str(e)
-    raise ValueError(msg if msg.startswith("unknown") else f"loss.{msg}") from None
+    raise ValueError(msg if msg.startswith("unknown") else f"loss.reweight.{msg}") from None
 
 
 # ----------------------------------------------------------------------------
@@ -456,15 +484,22 @@ def reduce(per_token, mask, reduction="mean", **hparams):
 
 def get_reduction_from_config(loss_cfg: Mapping[str, Any]) -> Callable[[Array, Array], Array]:
   """`get_reduction` from config.loss: `reduction` (absent = "mean") and, for "reweight"
-  only, `reweight_strategy` and `reweight_r` (absent = their defaults)."""
+  only, the `loss.reweight` block's `strategy` and `r` (absent = their defaults)."""
   reduction = loss_cfg.get("reduction", "mean")
   if reduction not in REDUCTIONS:
     raise ValueError(f"unknown reduction loss.reduction={reduction!r}; allowed: "
                      f"{list(REDUCTIONS)}")
-  hparams = {}
-  if reduction == "reweight":
-    hparams = {k: loss_cfg[k] for k in REWEIGHT_HPARAMS if k in loss_cfg}
-  return get_reduction(reduction, **hparams)
+  if reduction == "mean":
+    return get_reduction("mean")
+  block = dict(loss_cfg.get("reweight") or {})
+  foreign = sorted(set(block) - {"strategy", "r"})
+  if foreign:
+    raise ValueError(f"{foreign[0]} is not a field of loss.reweight; fields: ['strategy', 'r']")
+  strategy = block.get("strategy", "linupper")
+  if strategy not in REWEIGHT_STRATEGIES:
+    raise ValueError(f"strategy={strategy!r}; allowed: {list(REWEIGHT_STRATEGIES)}")
+  _check_value("r", block.get("r", 1.0), 0.0, None, False, False)
+  return get_reduction("reweight", reweight_strategy=strategy, reweight_r=block.get("r", 1.0))
 
 
 def reduce_loss(per_token, mask):

@@ -1,7 +1,7 @@
 r"""Train one experiment: every el_jax task, from a config file.
 
   python -m el_jax.main --config=configs/copy_task.py:cpu \
-      --config.loss.name=e1 --config.loss.lam=4 --workdir=runs/x
+      --config.loss.name=e1 --config.loss.e1.lam=4 --workdir=runs/x
 
 `config.task` picks what trains it, through the one registry `el_jax.tasks`.
 Re-running the same command resumes from the last checkpoints and skips

@@ -270,7 +270,8 @@ def plan(config, num_devices=DEFAULT_DEVICES, rows=None, mfu=DEFAULT_MFU, peak="
 
 def paper_variants(prefix="paper"):
   """[(config name, variant)] of every configs/*.py variant named `prefix` or `prefix_*`
-  whose task the generic loop trains (a `Task`: one el_jax.plan can plan)."""
+  whose task the generic loop trains with the decoder (a `Task` without a model of its own,
+  `Task.own_model`: one el_jax.plan can plan)."""
   # Heavy (the task registry imports JAX): only when the variants are listed.
   from el_jax import config as config_lib
   from el_jax import tasks
@@ -282,7 +283,8 @@ def paper_variants(prefix="paper"):
     module = config_lib.load_config_module(name)
     for variant in getattr(module, "VARIANTS", ()):
       if variant == prefix or variant.startswith(prefix + "_"):
-        if tasks.is_task_class(tasks.get(module.get_config(variant).task)):
+        target = tasks.get(module.get_config(variant).task)
+        if tasks.is_task_class(target) and not target.own_model:
           out.append((name, variant))
   return out
 

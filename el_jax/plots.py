@@ -157,14 +157,17 @@ def plot_path_accuracy(rows, path_len, path):
 
 
 def bars_with_seeds(rows, metrics, path, title=None, ylabel="accuracy", paper=None, chance=None,
-                    metric_names=None):
+                    metric_names=None, ax=None):
   """Bars of each row's mean of each metric, with a dot per seed (grid rows, `el_jax.grid`).
 
   One group of bars per metric, one bar per row (its label in the legend). `paper`:
   {(row label, metric): the paper's value} drawn as black crosses; `chance`: a dotted line.
+  `ax`: draw into these axes (one panel of a larger figure; nothing is saved, `path` unused).
   """
   metric_names = {**{m: m.replace("_", " ") for m in metrics}, **(metric_names or {})}
-  fig, ax = plt.subplots(figsize=(max(5.0, 1 + len(metrics) * (0.5 + 0.35 * len(rows))), 3.8))
+  fig = None
+  if ax is None:
+    fig, ax = plt.subplots(figsize=(max(5.0, 1 + len(metrics) * (0.5 + 0.35 * len(rows))), 3.8))
   width = 0.8 / max(len(rows), 1)
   colors = plt.get_cmap("tab10")
   for i, row in enumerate(rows):
@@ -186,19 +189,23 @@ def bars_with_seeds(rows, metrics, path, title=None, ylabel="accuracy", paper=No
     ax.set_title(title, fontsize=10)
   ax.grid(alpha=0.3, axis="y")
   ax.legend(fontsize=8)
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
+  if fig is not None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def metric_over_steps(rows_by_label, key, path, kind="eval", ylabel=None, title=None,
-                      log=False):
+                      log=False, ax=None):
   """`key` over training steps, one line per run (mean over seeds) with a min..max band.
 
   rows_by_label: {run label: metrics.jsonl rows}; `kind`: the rows' kind ("eval", "train",
-  "flatness").
+  "flatness"). `ax`: draw into these axes (one panel of a larger figure; nothing is saved,
+  `path` unused).
   """
-  fig, ax = plt.subplots(figsize=(6, 3.6))
+  fig = None
+  if ax is None:
+    fig, ax = plt.subplots(figsize=(6, 3.6))
   colors = plt.get_cmap("tab10")
   for i, (label, rows) in enumerate(rows_by_label.items()):
     band = seed_band([r for r in rows if r.get("kind") == kind], key)
@@ -215,6 +222,7 @@ def metric_over_steps(rows_by_label, key, path, kind="eval", ylabel=None, title=
     ax.set_title(title, fontsize=10)
   ax.grid(alpha=0.3)
   ax.legend(fontsize=8)
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
+  if fig is not None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -571,7 +571,8 @@ def _demo_paper(R):
 
 # --- seed 000: the sweep that chose the demo's setting --------------------------------
 
-SWEEP = ("copy_task_cpu_sweep/scan.json", "copy_task_cpu_sweep/scan2.json")
+SWEEP = ("copy_task_cpu_sweep/scan.json", "copy_task_cpu_sweep/scan2.json",
+         "copy_task_cpu_sweep/scan3.json")
 
 
 @table("sweep_table")
@@ -589,13 +590,24 @@ def _sweep_table(R):
              "mean (min, max)", "test EM hard, mean (min, max)", "seeds", "file"], rows)
 
 
+def _selection(R, prefix, loss):
+  """The candidates of selection.json (`<prefix>candidates`, `<prefix>chosen_run`), best first."""
+  s = R.load("copy_task_cpu_sweep/selection.json")
+  cand = sorted(s[f"{prefix}candidates"].items(), key=lambda kv: -kv[1])
+  rows = [[f"`{k}`" + (" (chosen)" if k == s[f"{prefix}chosen_run"] else ""), f(v)]
+          for k, v in cand]
+  return md([f"{loss} run at context {s['context_len']}", f"mean `{s['metric']}`, seeds "
+             f"{seeds(s['seeds'])}"], rows)
+
+
 @table("sweep_selection")
 def _sweep_selection(R):
-  s = R.load("copy_task_cpu_sweep/selection.json")
-  cand = sorted(s["candidates"].items(), key=lambda kv: -kv[1])
-  rows = [[f"`{k}`" + (" (chosen)" if k == s["chosen_run"] else ""), f(v)] for k, v in cand]
-  return md([f"E1 run at context {s['context_len']}", f"mean `{s['metric']}`, seeds "
-             f"{seeds(s['seeds'])}"], rows)
+  return _selection(R, "", "E1")
+
+
+@table("sweep_selection_ce")
+def _sweep_selection_ce(R):
+  return _selection(R, "ce_", "CE")
 
 
 # --- seed 000: copy-task suite (Figure 1, Table 3) -----------------------------------
@@ -793,7 +805,11 @@ LB = "loss_baselines"
 
 
 def _setting(overrides):
-  items = [f"{k.split('.', 1)[1]}={v}" for k, v in overrides.items() if k != "loss.name"]
+  """"gamma=1.0, ...": a grid point's loss settings (`loss.focal.gamma` shown as `gamma`;
+  the reweighting block's fields as `reweight.strategy`)."""
+  name = overrides.get("loss.name")
+  items = [f"{k.split('.', 1)[1].removeprefix(f'{name}.')}={v}" for k, v in overrides.items()
+           if k != "loss.name"]
   return ", ".join(items) or "-"
 
 
@@ -922,9 +938,11 @@ MLM = "mlm_flatness"
 def _mlm_training(R, language):
   d = R.load(f"{MLM}/training_{language}.json")
   out = []
+  several = len({p.get("seed", 0) for p in d["points"]}) > 1  # --seeds: a row per model seed
   for p in d["points"]:
     (task, pr), = p["probe"].items()
-    out.append([str(p["sgd_step"]), f(p["valid_mlm_loss"], 4), f(p["valid_gap"], 4),
+    step = f"{p['sgd_step']} (seed {p['seed']})" if several else str(p["sgd_step"])
+    out.append([step, f(p["valid_mlm_loss"], 4), f(p["valid_gap"], 4),
                 f"{p['trace_b1']:.1f} ({p['trace_b1_std']:.1f})",
                 f"{p['trace_hutchinson']:.1f} ({p['trace_hutchinson_stderr']:.1f})",
                 f"{100 * pr['test_acc_mean']:.2f} ({100 * pr['test_acc_std']:.2f})"])
@@ -939,14 +957,28 @@ def _mlm_training_change(R, language):
   c = d["comparison"]
   (task, pr), = c["probe"].items()
   t = c["trace_b1_change"]
+  reps, seeds = _mlm_units(c)
   rows = [["Tr(H) B.1", f"{t['mean_b']:.1f} -> {t['mean_a']:.1f}", f"{t['diff']:+.1f}",
-           f"[{t['ci95'][0]:+.1f}, {t['ci95'][1]:+.1f}]", pval(t["p_value"]),
-           f"{t['n_a']} vs {t['n_b']} repetitions"],
+           f"[{t['ci95'][0]:+.1f}, {t['ci95'][1]:+.1f}]", pval(t["p_value"]), _holm(t),
+           f"{t['n_a']} vs {t['n_b']} {reps}"],
           [f"task {task} probe (points)", f"{100 * pr['mean_b']:.2f} -> {100 * pr['mean_a']:.2f}",
            f"{100 * pr['diff']:+.2f}", f"[{100 * pr['ci95'][0]:+.2f}, {100 * pr['ci95'][1]:+.2f}]",
-           pval(pr["p_value"]), f"{pr['n_a']} vs {pr['n_b']} probe seeds"]]
+           pval(pr["p_value"]), _holm(pr), f"{pr['n_a']} vs {pr['n_b']} {seeds}"]]
   return md([f"last vs first checkpoint (SGD steps {c['x'][0]} -> {c['x'][1]})", "change",
-             "difference", "bootstrap 95%", "permutation p", "over"], rows)
+             "difference", "bootstrap 95%", "permutation p", "Holm p (over the table)", "over"],
+            rows)
+
+
+def _holm(c):
+  """A comparison's Holm-adjusted p ("-" where its file has none)."""
+  return pval(c["p_holm"]) if "p_holm" in c else "-"
+
+
+def _mlm_units(c):
+  """What an mlm_flatness comparison's samples are: (Tr(H), probe)."""
+  if c.get("over") == "model seeds":
+    return "model seeds", "model seeds"
+  return "repetitions", "probe seeds"
 
 
 @table("mlm_pilot")
@@ -984,11 +1016,12 @@ def _mlm_sizes_change(R, rel):
   (task, pr), = c["probe"].items()
   t = c["trace_b1_change"]
   rows = [["Tr(H) B.1", f"{t['mean_b']:.1f} -> {t['mean_a']:.1f}", f"{t['diff']:+.1f}",
-           pval(t["p_value"]), f"{t['n_a']} vs {t['n_b']} repetitions"],
+           pval(t["p_value"]), _holm(t), f"{t['n_a']} vs {t['n_b']} repetitions"],
           [f"task-{task} probe (points)", f"{100 * pr['mean_b']:.2f} -> {100 * pr['mean_a']:.2f}",
-           f"{100 * pr['diff']:+.2f}", pval(pr["p_value"]), f"{pr['n_a']} vs {pr['n_b']} probe "
-           "seeds"]]
-  return md([f"{c['x'][1]} vs {c['x'][0]}", "change", "difference", "permutation p", "over"], rows)
+           f"{100 * pr['diff']:+.2f}", pval(pr["p_value"]), _holm(pr),
+           f"{pr['n_a']} vs {pr['n_b']} probe seeds"]]
+  return md([f"{c['x'][1]} vs {c['x'][0]}", "change", "difference", "permutation p",
+             "Holm p (over the table)", "over"], rows)
 
 
 # --- seed 002: adversarial pretraining (Tables 1-2) ---------------------------------
@@ -1037,11 +1070,12 @@ def _adversarial_comparisons(R):
       out.append([f"adversarial vs {ref}", k.replace("probe_", "task ").replace("trace_b1",
                                                                                 "Tr(H) B.1"),
                   f"{s * x['diff']:+.{dg}f}", f"[{s * x['ci95'][0]:+.{dg}f}, "
-                  f"{s * x['ci95'][1]:+.{dg}f}]", pval(x["p_value"]), f"{x['n_a']} vs {x['n_b']}"])
+                  f"{s * x['ci95'][1]:+.{dg}f}]", pval(x["p_value"]), _holm(x),
+                  f"{x['n_a']} vs {x['n_b']}"])
     out.append([f"adversarial vs {ref}", "valid MLM loss", sf(c["valid_mlm_loss_diff"]), "-", "-",
-                "-"])
+                "-", "-"])
   return md(["comparison", "quantity", "difference (points for probes)", "bootstrap 95%",
-             "permutation p", "probe seeds / repetitions"], out)
+             "permutation p", "Holm p (over the table)", "probe seeds / repetitions"], out)
 
 
 @table("adversarial_pilot")
@@ -1100,12 +1134,17 @@ def _dyck_training(R):
 
 # --- seed 003: linear next-token prediction ---------------------------------------
 
-NTP = "ntp_convergence/convergence.json"
+NTP = "ntp_convergence/convergence.json"  # a grid (el_jax.grid): one row per variant
+
+
+def _ntp_rows(R):
+  """{variant: its row} of convergence.json."""
+  return {r["label"]: r for r in R.load(NTP)["rows"]}
 
 
 @table("ntp_instances")
 def _ntp_instances(R):
-  d = R.load(NTP)
+  d = _ntp_rows(R)
   out = []
   for name, x in d.items():
     i = x["instance"]
@@ -1119,7 +1158,7 @@ def _ntp_instances(R):
 
 @table("ntp_runs")
 def _ntp_runs(R):
-  d = R.load(NTP)
+  d = _ntp_rows(R)
   out = []
   for name, x in d.items():
     for opt, r in x["runs"].items():
@@ -1131,7 +1170,7 @@ def _ntp_runs(R):
 
 @table("ntp_reg_path")
 def _ntp_reg_path(R):
-  d = R.load(NTP)
+  d = _ntp_rows(R)
   out = []
   for name, x in d.items():
     p = x["reg_path"]

@@ -101,13 +101,14 @@ def find_finished(config, dirs):
 
 def run_or_reuse(config, workdir, verbose=True, reuse_from=()):
   """The summary of `config` trained in `workdir`: read back if `workdir`, or one of the
-  folders in `reuse_from`, finished the same training; else trained in `workdir`."""
+  folders in `reuse_from`, finished the same training; else trained in `workdir` (by
+  `job.run`: the generic loop, or the trainer of a task with its own, e.g. ntp_linear)."""
   found = find_finished(config, (workdir, *reuse_from))
   if found is not None:
     if verbose:
       print(f"reusing finished run {found[0]}", file=sys.stderr, flush=True)
     return found[1]
-  return job.train_and_evaluate(config, workdir)
+  return job.run(config, workdir)
 
 
 def run_dirs(*patterns):

@@ -13,6 +13,7 @@ import functools
 import os
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -67,19 +68,23 @@ class Setup:
       validate_config(config)
     self.config = config
     t = config.train
-    # Cheap objects first, so that their config errors come before any data is built.
-    self.loss_fn = losses.get_loss_from_config(config.loss)
-    self.reduce_fn = losses.get_reduction_from_config(config.loss)
+    task_cls = tasks.get_task_class(config.task)
+    # Cheap objects first, so that their config errors come before any data is built. A task
+    # with a model of its own (Task.own_model) computes its objective in its own step.
+    own = task_cls.own_model
+    self.loss_fn = None if own else losses.get_loss_from_config(config.loss)
+    self.reduce_fn = None if own else losses.get_reduction_from_config(config.loss)
     self.tx, self.schedule = optim.make_optimizer(config.optim, t.num_steps)
     self.mesh = step_lib.make_mesh(config.get("num_devices", 0))
-    task_cls = tasks.get_task_class(config.task)
     rows, n = task_cls.rows_per_step(config), self.mesh.devices.size
     if rows % n:
       raise ValueError(f"{task_cls.describe_batch(config)} cannot be split over {n} "
                        f"devices; use a batch that is a multiple of {n}, or set num_devices")
     self.task = task_cls(config)
     self.steps_per_epoch = self.task.num_train // self.task.examples_per_step
-    self.model_cfg = step_lib.model_config(config, self.task.vocab_size, self.task.context_len)
+    # None: the task's own model (Task.init_params), not a decoder.
+    self.model_cfg = None if own else step_lib.model_config(config, self.task.vocab_size,
+                                                            self.task.context_len)
     self.pretrained_params = None
     if config.model.get("pretrained", ""):
       self.model_cfg, self.pretrained_params = load_pretrained(config, self.task)
@@ -94,6 +99,12 @@ def make_setup(config):
   return Setup(config)
 
 
+def own_init_state(task, tx, seed):
+  """The initial train state of a task's own model (`Task.own_model`, `Task.init_params`)."""
+  params = task.init_params(seed)
+  return {"params": params, "opt_state": tx.init(params), "step": jnp.zeros((), jnp.int32)}
+
+
 class Trainer:
   """Jitted functions for one Setup (shared by all seeds); the `evaluator` tasks evaluate with."""
 
@@ -106,18 +117,23 @@ class Trainer:
     self.data_sharding = NamedSharding(mesh, P("data"))
     # Shapes only (jax.eval_shape): nothing is allocated before `check_memory` has said the
     # run fits. The graphdef is static structure, the same as that of an eager init.
-    graphdefs = []
+    if setup.model_cfg is None:  # the task's own model (Task.own_model): no graphdef
+      init_fn = functools.partial(own_init_state, setup.task, setup.tx)
+      abstract = jax.eval_shape(init_fn, 0)
+      self.graphdef = None
+    else:
+      graphdefs = []
 
-    def init_shapes(seed):
-      graphdefs.append(decoder.init(setup.model_cfg, seed)[0])
-      return step_lib.init_state(setup.model_cfg, setup.tx, seed)
-    abstract = jax.eval_shape(init_shapes, 0)
-    self.graphdef = graphdefs[0]
+      def init_shapes(seed):
+        graphdefs.append(decoder.init(setup.model_cfg, seed)[0])
+        return step_lib.init_state(setup.model_cfg, setup.tx, seed)
+      abstract = jax.eval_shape(init_shapes, 0)
+      self.graphdef = graphdefs[0]
+      init_fn = functools.partial(step_lib.init_state, setup.model_cfg, setup.tx)
     self.state_sharding = jax.tree.map(lambda _: self.repl, abstract)
     self.abstract_state = abstract
     self.memory = check_memory(setup, abstract, mesh.devices.flat[0], mesh.devices.size)
-    self._init = jax.jit(functools.partial(step_lib.init_state, setup.model_cfg, setup.tx),
-                         out_shardings=self.state_sharding)
+    self._init = jax.jit(init_fn, out_shardings=self.state_sharding)
     positions = None if score_all_positions else setup.scored_positions
     step_fn = setup.task.step_fn()
     step_kw = {"positions": positions}
@@ -187,10 +203,12 @@ def estimate_memory(setup, abstract_state, num_devices, platform="cpu"):
   ctx = setup.task.context_len
   scored = setup.scored_positions
   scored = ctx if scored is None else int(np.size(scored))
-  itemsize = 2 if m.dtype == "bfloat16" else 4
-  mlp = m.mlp_dim or 4 * m.embed_dim
-  per_layer = (K_ACTIVATIONS - 8) * m.embed_dim + 2 * mlp + 3 * m.num_heads * ctx
-  activations = rows * (ctx * m.num_layers * per_layer + scored * 2 * m.vocab_size) * itemsize
+  activations = 0  # a task's own model (model_cfg None): not estimated (Task.own_model)
+  if m is not None:
+    itemsize = 2 if m.dtype == "bfloat16" else 4
+    mlp = m.mlp_dim or 4 * m.embed_dim
+    per_layer = (K_ACTIVATIONS - 8) * m.embed_dim + 2 * mlp + 3 * m.num_heads * ctx
+    activations = rows * (ctx * m.num_layers * per_layer + scored * 2 * m.vocab_size) * itemsize
   params = tree_bytes(abstract_state["params"])
   opt = tree_bytes(abstract_state["opt_state"])
   stacked = len(cfg.seeds) if cfg.train.get("vmap_seeds", False) else 1
@@ -340,8 +358,9 @@ def validate_config(config):
     raise ValueError(f"train.cpu_dots={dots!r} must be one of {tuple(step_lib.CPU_DOTS)} (the matmul "
                      f"library of the CPU backend; docs/bench.md)")
   optim.validate_config(config.optim)
-  losses.validate_config(config.loss)
-  decoder.validate_model_config(config.model)
+  if not task_cls.own_model:  # a task with its own model checks config.model and config.loss
+    losses.validate_config(config.loss)
+    decoder.validate_model_config(config.model)
   validate_vmap_seeds(config)
   task_cls.validate_config(config)
 

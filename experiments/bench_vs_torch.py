@@ -11,7 +11,7 @@ clipping 1.0.
 torch is not a dependency of el_jax: the PyTorch side runs in its own venv,
 `.venv-torch` in the repository root, created here on first use with
 `pip install torch==2.13.0 transformers` (the CPU wheel; the script refuses a
-CUDA build). Each side runs in a worker process that compiles / warms up
+CUDA build); `--impls=` times the el_jax sides only, without it. Each side runs in a worker process that compiles / warms up
 once and then times windows of `--steps` steps on command; the parent
 alternates the windows (el_jax, torch eager, torch sdpa, then the reverse
 order, `--rounds` times), so that load from other processes hits both
@@ -32,13 +32,13 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
-from el_jax import step as step_lib
 
-# el_jax is imported only by the el_jax side and the parent: the torch worker runs in
-# .venv-torch, which has neither el_jax nor jax.
+# el_jax is imported only by the el_jax side and the parent (inside their functions): the
+# torch worker runs in .venv-torch, which has neither el_jax nor jax.
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TORCH_VENV = os.path.join(ROOT, ".venv-torch")
@@ -70,6 +70,7 @@ def el_jax_worker(config_args, warmup, all_positions, cpu_dots, cpu_devices=1, e
   import jax
   jax.config.update("jax_num_cpu_devices", cpu_devices)
   from el_jax import bench, cli
+  from el_jax import step as step_lib
   from el_jax.models import decoder
   step_lib.CPU_DOTS.update(extra_dots or {})
   config, _ = cli.parse(["bench_vs_torch"] + config_args, require_workdir=False)
@@ -206,12 +207,6 @@ class Worker:
     self.proc.wait()
 
 
-def _median(xs):
-  xs = sorted(xs)
-  n = len(xs)
-  return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
-
-
 def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   p.add_argument("--worker", choices=["el_jax", "torch"], help=argparse.SUPPRESS)
@@ -253,7 +248,10 @@ def main(argv=None):
     s = json.loads(args.shape)
     return torch_worker(s, args.attn, args.warmup, s["lr"], s["clip"], int(args.threads))
 
-  ensure_torch_venv()
+  from el_jax import step as step_lib
+  impls = [s for s in args.impls.split(",") if s]
+  if impls:  # --impls= times the el_jax sides only (no torch needed)
+    ensure_torch_venv()
   me = os.path.abspath(__file__)
   common = [f"--warmup={args.warmup}", f"--extra_cpu_dots={args.extra_cpu_dots}"]
   bad = [d for d in dots if d not in step_lib.CPU_DOTS and d not in extra]
@@ -282,7 +280,7 @@ def main(argv=None):
                *common, *config_args] + (["--all_positions"] if allpos else []))
   threads = [int(n) for n in args.threads.split(",") if n]
   for n in threads:
-    for impl in [s for s in args.impls.split(",") if s]:
+    for impl in impls:
       name = f"torch_{impl}" + (f"_t{n}" if len(threads) > 1 else "")
       try:
         workers[name] = Worker(
@@ -307,7 +305,7 @@ def main(argv=None):
   tokens = jax_w.info["tokens_per_step"]
   summary = {}
   for name in names:
-    med = _median(times[name])
+    med = statistics.median(times[name])
     summary[name] = {"step_ms_median": 1e3 * med, "tokens_per_s": tokens / med,
                      "step_ms_windows": [1e3 * t for t in times[name]]}
   # MFU: model FLOPs per second over the measured matmul peak. The FLOPs are XLA's count of
@@ -327,7 +325,7 @@ def main(argv=None):
       if name == a or name in jax_sides and jax_sides.index(name) < jax_sides.index(a):
         continue
       per_round = [t / j for t, j in zip(times[name], times[a])]
-      ratios[f"{a}/{name}"] = {"median": _median(per_round), "min": min(per_round),
+      ratios[f"{a}/{name}"] = {"median": statistics.median(per_round), "min": min(per_round),
                                "max": max(per_round),
                                "of_medians": summary[a]["tokens_per_s"]
                                / summary[name]["tokens_per_s"]}

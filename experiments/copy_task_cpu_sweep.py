@@ -2,6 +2,7 @@ r"""Sweep for a CPU-sized copy-task setting where the paper's effect shows; choo
 
   python experiments/copy_task_cpu_sweep.py --stage=scan     # 20 runs
   python experiments/copy_task_cpu_sweep.py --stage=scan2    # 8 runs
+  python experiments/copy_task_cpu_sweep.py --stage=scan3    # 3 runs: CE tuned alike
   python experiments/copy_task_cpu_sweep.py --stage=select   # the choice, from the JSON
 
 Each point trains CE, CE + warmup and E1 + warmup (several lam, warmup
@@ -9,7 +10,10 @@ lengths and learning rates) on `configs/copy_task.py:cpu` with model seeds
 0 and 1 and records final EM / CL per split x group (train, valid, test).
 `select` chooses the demo's E-loss setting: the E1 run with the highest mean
 exact match on the hard strings of the **validation** split at one string per
-context; test numbers are never used for the choice. It writes
+context; test numbers are never used for the choice. With the scan3 stage, CE gets as
+many candidates as E1 (6 each, along warmup length and learning rate), and `select` also
+names CE's best setting on the same metric (`ce_chosen_run`; `budget` counts candidates per
+loss), so that the demo's comparison can be checked against a CE tuned alike. It writes
 `<out>/selection.json` (the candidates' validation scores, the winner, and
 its warmup length for the CE + warmup control), which `sweep()` in
 configs/copy_task.py must match (a test checks it). The demo then measures
@@ -44,18 +48,27 @@ RUNS_DIR = os.path.join("runs", "sweep")
 LOSSES = {
     "ce": {"loss.name": "ce"},
     "ce_warmup": {"loss.name": "ce", "optim.warmup_steps": 300},
-    "e1_lam0.5_warmup": {"loss.name": "e1", "loss.lam": 0.5, "optim.warmup_steps": 300},
-    "e1_lam1_warmup": {"loss.name": "e1", "loss.lam": 1.0, "optim.warmup_steps": 300},
-    "e1_lam4_warmup": {"loss.name": "e1", "loss.lam": 4.0, "optim.warmup_steps": 300},
+    "e1_lam0.5_warmup": {"loss.name": "e1", "loss.e1.lam": 0.5, "optim.warmup_steps": 300},
+    "e1_lam1_warmup": {"loss.name": "e1", "loss.e1.lam": 1.0, "optim.warmup_steps": 300},
+    "e1_lam4_warmup": {"loss.name": "e1", "loss.e1.lam": 4.0, "optim.warmup_steps": 300},
 }
 
 LOSSES2 = {
     "ce_lr3e-4": {"loss.name": "ce", "optim.lr": 3e-4},
-    "e1_lam1_warmup750": {"loss.name": "e1", "loss.lam": 1.0, "optim.warmup_steps": 750},
-    "e1_lam2_warmup": {"loss.name": "e1", "loss.lam": 2.0, "optim.warmup_steps": 300},
-    "e1_lam1_warmup_lr3e-4": {"loss.name": "e1", "loss.lam": 1.0, "optim.warmup_steps": 300,
+    "e1_lam1_warmup750": {"loss.name": "e1", "loss.e1.lam": 1.0, "optim.warmup_steps": 750},
+    "e1_lam2_warmup": {"loss.name": "e1", "loss.e1.lam": 2.0, "optim.warmup_steps": 300},
+    "e1_lam1_warmup_lr3e-4": {"loss.name": "e1", "loss.e1.lam": 1.0, "optim.warmup_steps": 300,
                               "optim.lr": 3e-4},
 }
+# Third pass (issue 24, the same tuning budget): CE's settings at one string per context,
+# so that CE gets as many candidates as E1 (6: these 3, "ce" and "ce_warmup" of the scan and
+# "ce_lr3e-4" of scan2), along the same axes (warmup length, learning rate).
+LOSSES3 = {
+    "ce_warmup750": {"loss.name": "ce", "optim.warmup_steps": 750},
+    "ce_warmup_lr3e-4": {"loss.name": "ce", "optim.warmup_steps": 300, "optim.lr": 3e-4},
+    "ce_warmup750_lr3e-4": {"loss.name": "ce", "optim.warmup_steps": 750, "optim.lr": 3e-4},
+}
+STAGE_LOSSES = {"scan": LOSSES, "scan2": LOSSES2, "scan3": LOSSES3}
 SEEDS = (0, 1)
 SELECT_METRIC = "valid_em_hard"
 SELECT_CONTEXT = 55  # one string per context: the demo's setting (at cpu size)
@@ -80,10 +93,10 @@ def points(stage, size="cpu"):
     for k, width, layers in itertools.product((1, 4), (128,), (2,)):
       yield at_size({"data.context_len": 55 * k, "model.embed_dim": width,
                      "model.num_layers": layers, "train.num_steps": 1500}, size)
-  elif stage == "scan2":  # second pass at one string per context: warmup length, lam 2, lr
+  elif stage in ("scan2", "scan3"):  # at one string per context: warmup length, lam 2, lr
     yield at_size({"data.context_len": 55, "train.num_steps": 1500}, size)
   else:
-    raise ValueError(f"unknown stage {stage!r}; valid: scan, scan2, select")
+    raise ValueError(f"unknown stage {stage!r}; valid: scan, scan2, scan3, select")
 
 
 def name_of(point):
@@ -102,7 +115,7 @@ def make_grid(stage, out=OUT, size="cpu", runs_dir=RUNS_DIR):
                     reuse_from=runner.run_dirs(os.path.join(runs_dir, stage, "*", "*")))
   for point in points(stage, size):
     pname = name_of(point)
-    for loss, lo in (LOSSES2 if stage == "scan2" else LOSSES).items():
+    for loss, lo in STAGE_LOSSES[stage].items():
       g.add(f"{pname} {loss}", CONFIG, SIZES[size]["variant"], {**point, **at_size(lo, size)},
             seeds=SEEDS, fit_devices=False, point=pname, loss=loss)
   return g
@@ -125,10 +138,14 @@ def run_stage(stage, out=OUT, size="cpu", labels=None, runs_dir=RUNS_DIR):
 
 
 def select(out=OUT, size="cpu"):
-  """The E1 + warmup run with the best mean validation hard EM at one string per context."""
+  """The E1 + warmup run with the best mean validation hard EM at one string per context;
+  and, where the scan3 stage ran, CE's best setting on the same metric with as many
+  candidates (`ce_*` fields and `budget`: candidates per loss)."""
   rows = []
-  for stage in ("scan", "scan2"):
+  for stage in ("scan", "scan2", "scan3"):
     path = os.path.join(out, f"{stage}.json")
+    if stage == "scan3" and not os.path.exists(path):
+      continue
     if not os.path.exists(path):
       raise SystemExit(f"error: {path} does not exist; run --stage={stage} first")
     doc = wd.read_json(path)
@@ -150,16 +167,29 @@ def select(out=OUT, size="cpu"):
       "chosen_run": best["loss"], "chosen_overrides": chosen,
       "note": "chosen on the validation split; test numbers were not used",
   }
+  ce = [r for r in rows if r["overrides"]["data.context_len"] == context
+        and r["overrides"]["loss.name"] == "ce"]
+  out_row["budget"] = {"e1": len(cands), "ce": len(ce)}
+  if any(r["loss"] in LOSSES3 for r in ce):  # CE tuned alike (the scan3 stage ran)
+    ce_best = max(ce, key=lambda r: r["aggregate"][SELECT_METRIC]["mean"])
+    out_row.update({
+        "ce_candidates": {r["loss"]: r["aggregate"][SELECT_METRIC]["mean"] for r in ce},
+        "ce_chosen_run": ce_best["loss"],
+        "ce_chosen_overrides": {k: v for k, v in ce_best["overrides"].items()
+                                if k.startswith(("loss.", "optim."))}})
   wd.write_json(os.path.join(out, "selection.json"), out_row)
   for name, v in sorted(out_row["candidates"].items(), key=lambda kv: -kv[1]):
     print(f"{name:24s} {SELECT_METRIC} = {v:.3f}")
   print(f"chosen: {best['loss']} {chosen}")
+  if "ce_chosen_run" in out_row:
+    print(f"CE, {len(ce)} candidates: chosen {out_row['ce_chosen_run']} "
+          f"{out_row['ce_chosen_overrides']}")
   return out_row
 
 
 def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  ap.add_argument("--stage", default="scan", choices=("scan", "scan2", "select"))
+  ap.add_argument("--stage", default="scan", choices=("scan", "scan2", "scan3", "select"))
   ap.add_argument("--out", default=OUT)
   ap.add_argument("--size", default="cpu", choices=tuple(SIZES),
                   help="cpu: the committed results; test: configs/copy_task.py:test, seconds")
@@ -173,7 +203,7 @@ def main(argv=None):
     select(args.out, args.size)
   else:
     labels = [f"{name_of(p)} {loss}" for p in points(args.stage, args.size)
-              for loss in (LOSSES2 if args.stage == "scan2" else LOSSES)]
+              for loss in STAGE_LOSSES[args.stage]]
     unknown = [l for l in args.runs or () if l not in labels]
     if unknown:
       ap.error(f"unknown runs {unknown}; the stage's runs: {labels}")

@@ -60,22 +60,22 @@ RUNS_DIR = os.path.join("runs", "copy_task_suite")
 STRING = 55  # tokens per string at cpu size (L_p + 2 L_c + 3)
 
 CE = {"loss.name": "ce"}
-E1W = {"loss.name": "e1", "loss.lam": 1.0, "optim.warmup_steps": 750}
+E1W = {"loss.name": "e1", "loss.e1.lam": 1.0, "optim.warmup_steps": 750}
 WARM = 750  # warmup steps (half the run), as in the demo
 
 # Paper Table 3 (CL accuracy on easy test strings, L_c=5 task, 10 seeds).
 TABLE3 = [
-    ("E1, no warmup, lam=2", {"loss.name": "e1", "loss.lam": 2.0}, 0.08),
-    ("E1, no warmup, lam=4", {"loss.name": "e1", "loss.lam": 4.0}, 0.593),
-    ("E1 + warmup, lam=4", {"loss.name": "e1", "loss.lam": 4.0, "optim.warmup_steps": WARM}, 0.780),
-    ("E1 + warmup, lam=1, V=500", {"loss.name": "e1", "loss.lam": 1.0, "optim.warmup_steps": WARM,
+    ("E1, no warmup, lam=2", {"loss.name": "e1", "loss.e1.lam": 2.0}, 0.08),
+    ("E1, no warmup, lam=4", {"loss.name": "e1", "loss.e1.lam": 4.0}, 0.593),
+    ("E1 + warmup, lam=4", {"loss.name": "e1", "loss.e1.lam": 4.0, "optim.warmup_steps": WARM}, 0.780),
+    ("E1 + warmup, lam=1, V=500", {"loss.name": "e1", "loss.e1.lam": 1.0, "optim.warmup_steps": WARM,
                                    "data.num_letters": 500, "data.num_train": 800}, 1.00),
-    ("E1 + warmup, lam=8", {"loss.name": "e1", "loss.lam": 8.0, "optim.warmup_steps": WARM}, 0.693),
+    ("E1 + warmup, lam=8", {"loss.name": "e1", "loss.e1.lam": 8.0, "optim.warmup_steps": WARM}, 0.693),
     ("Only warmup (CE)", {"loss.name": "ce", "optim.warmup_steps": WARM}, 0.246),
     # Not in the paper's table: the two ends it is read against.
     ("CE (no warmup)", CE, None),
     ("E1 + warmup, lam=1", E1W, None),
-    ("E1 + warmup, lam=2", {"loss.name": "e1", "loss.lam": 2.0, "optim.warmup_steps": WARM}, None),
+    ("E1 + warmup, lam=2", {"loss.name": "e1", "loss.e1.lam": 2.0, "optim.warmup_steps": WARM}, None),
 ]
 
 # --size: the config variant, overrides added to every run, default seeds per stage, and

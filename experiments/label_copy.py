@@ -61,7 +61,7 @@ PRETRAIN = {"cpu": ("cpu", {}),
 TEXTS = ("kjv", "shakespeare")
 STARTS = ("pretrained", "scratch")
 LOSSES = {"ce": {"loss.name": "ce"},
-          "e1_warmup": {"loss.name": "e1", "loss.lam": 1.0}}  # + warmup: half the steps
+          "e1_warmup": {"loss.name": "e1", "loss.e1.lam": 1.0}}  # + warmup: half the steps
 # Paper Table 2 (seed 000, section 5.2): accuracy, pretrained GPT-2 small fine-tuned.
 PAPER = {"kjv": {"ce": 0.863, "e1_warmup": 0.981},
          "shakespeare": {"ce": 0.703, "e1_warmup": 0.766}}

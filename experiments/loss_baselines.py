@@ -66,19 +66,22 @@ COMMAND = ("python experiments/loss_baselines.py --stage=select|test|label_copy|
 # {loss: [overrides of each grid point]}; every point also gets the warmup.
 GRID = {
     "ce": [{"loss.name": "ce"}],
-    "label_smoothing": [{"loss.name": "label_smoothing", "loss.eps": e} for e in (0.05, 0.1, 0.2, 0.3)],
-    "z_loss": [{"loss.name": "z_loss", "loss.coef": c} for c in (1e-4, 1e-3, 1e-2, 1e-1)],
-    "spherical_z": [{"loss.name": "spherical_z", "loss.a": 1.0, "loss.b": b} for b in (0.3, 1.0, 3.0, 5.0)],
-    "focal": [{"loss.name": "focal", "loss.gamma": g} for g in (0.5, 1.0, 2.0)],
-    "dice": [{"loss.name": "dice", "loss.alpha": a, "loss.gamma": 1.0} for a in (0.0, 1.0, 2.0, 4.0)],
-    "gce": [{"loss.name": "gce", "loss.q": q} for q in (0.1, 0.3, 0.5, 0.7, 0.9)],
-    "spectral_decoupling": [{"loss.name": "spectral_decoupling", "loss.lam": l}
+    "label_smoothing": [{"loss.name": "label_smoothing", "loss.label_smoothing.eps": e}
+                        for e in (0.05, 0.1, 0.2, 0.3)],
+    "z_loss": [{"loss.name": "z_loss", "loss.z_loss.coef": c} for c in (1e-4, 1e-3, 1e-2, 1e-1)],
+    "spherical_z": [{"loss.name": "spherical_z", "loss.spherical_z.a": 1.0, "loss.spherical_z.b": b}
+                    for b in (0.3, 1.0, 3.0, 5.0)],
+    "focal": [{"loss.name": "focal", "loss.focal.gamma": g} for g in (0.5, 1.0, 2.0)],
+    "dice": [{"loss.name": "dice", "loss.dice.alpha": a, "loss.dice.gamma": 1.0}
+             for a in (0.0, 1.0, 2.0, 4.0)],
+    "gce": [{"loss.name": "gce", "loss.gce.q": q} for q in (0.1, 0.3, 0.5, 0.7, 0.9)],
+    "spectral_decoupling": [{"loss.name": "spectral_decoupling", "loss.spectral_decoupling.lam": l}
                             for l in (1e-3, 1e-2, 1e-1, 1.0)],
-    "reweight": [{"loss.name": "ce", "loss.reduction": "reweight", "loss.reweight_strategy": s}
+    "reweight": [{"loss.name": "ce", "loss.reduction": "reweight", "loss.reweight.strategy": s}
                  for s in ("linupper", "quadratic", "extremes")],
-    "e1": [{"loss.name": "e1", "loss.lam": l} for l in (0.5, 1.0, 2.0)],
-    "e2": [{"loss.name": "e2", "loss.lam": l} for l in (0.5, 1.0, 2.0, 4.0)],
-    "e3": [{"loss.name": "e3", "loss.b": b} for b in (0.3, 1.0, 3.0, 10.0)],
+    "e1": [{"loss.name": "e1", "loss.e1.lam": l} for l in (0.5, 1.0, 2.0)],
+    "e2": [{"loss.name": "e2", "loss.e2.lam": l} for l in (0.5, 1.0, 2.0, 4.0)],
+    "e3": [{"loss.name": "e3", "loss.e3.b": b} for b in (0.3, 1.0, 3.0, 10.0)],
 }
 REFERENCE = {"loss.name": "ce"}  # CE without warmup: the demo's baseline row, "ce_no_warmup"
 E_LOSSES = ("e1", "e2", "e3")
@@ -111,8 +114,10 @@ CPU = SIZES["cpu"]
 
 
 def point_name(over):
-  """"focal_gamma=1.0": a grid point's label (its loss name and hyperparameters)."""
-  keep = {k.split(".")[-1]: v for k, v in over.items() if k != "loss.name"}
+  """"focal_gamma=1.0": a grid point's label (its loss name and hyperparameters; the
+  reweighting fields as `reweight_strategy`, their names before the loss blocks)."""
+  keep = {k.split(".")[-1] if not k.startswith("loss.reweight.") else
+          "reweight_" + k.split(".")[-1]: v for k, v in over.items() if k != "loss.name"}
   return over.get("loss.name", "ce") + "".join(f"_{k}={v}" for k, v in keep.items())
 
 

@@ -81,7 +81,7 @@ def runs(stage, size):
   if stage == "main":  # lam = 1 "works at scale" (seed 000); 1000 warmup steps for E1
     return [("CE", {"loss.name": "ce"}),
             ("CE + warmup", {"loss.name": "ce", "optim.warmup_steps": 1000}),
-            ("E1 + warmup", {"loss.name": "e1", "loss.lam": 1.0, "optim.warmup_steps": 1000})]
+            ("E1 + warmup", {"loss.name": "e1", "loss.e1.lam": 1.0, "optim.warmup_steps": 1000})]
   if stage == "controls":
     return [("CE, reverse target", {"loss.name": "ce", "data.variant": "reverse"}),
             ("CE, teacherless", {"loss.name": "ce", "data.variant": "teacherless"})]

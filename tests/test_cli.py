@@ -65,9 +65,9 @@ def test_parse_raises_usage_error_in_process(capsys):
 
 def test_overrides_are_applied():
   config, workdir = cli.parse(["prog", "--config=configs/copy_task.py:test",
-                               "--config.loss.name=e1", "--config.loss.lam=4",
+                               "--config.loss.name=e1", "--config.loss.e1.lam=4",
                                "--config.train.num_steps=3", "--workdir=w"])
-  assert (config.loss.name, config.loss.lam, config.train.num_steps, workdir) == ("e1", 4.0, 3, "w")
+  assert (config.loss.name, config.loss.e1.lam, config.train.num_steps, workdir) == ("e1", 4.0, 3, "w")
 
 
 def _load_module(path):
@@ -96,7 +96,8 @@ def test_every_variant_of_every_config_loads(path):
 def _block_fields():
   """{block function: {field: line}} of el_jax/config_blocks.py: every field the shared blocks
   define, each on its own line (`c.<field> = ...`, `train.<field> = ...` or an OPTIM_DEFAULTS
-  entry)."""
+  entry) or, for the loss blocks, an entry of LOSS_HPARAMS / REWEIGHT_FIELDS with its comment
+  (shown here as the line `c.<loss>.<field> = <default>  # <comment>`)."""
   with open(os.path.join(ROOT, "el_jax", "config_blocks.py")) as f:
     lines = f.read().splitlines()
   out, fn = {}, None
@@ -109,8 +110,14 @@ def _block_fields():
     m = (re.match(r"^  (?:c|train)\.(\w+) = (.*)$", line)
          or re.match(r'^    \("(\w+)", (.*)\),.*$', line))
     if fn and m and not m.group(2).startswith(("ml_collections.ConfigDict()", "loss()",
-                                                "optim(", "flatness()")):
+                                                "optim(", "flatness()", "_block(")):
       out.setdefault(fn, {})[m.group(1)] = line
+  from el_jax import config_blocks
+  tables = [(n, fields) for n, fields in config_blocks.LOSS_HPARAMS]
+  for block, fields in tables + [("reweight", config_blocks.REWEIGHT_FIELDS)]:
+    for field, default, comment in fields:
+      out["loss"][f"{block}.{field}"] = (f"  c.{block}.{field} = {default!r}"
+                                         + (f"  # {comment}" if comment.strip() else ""))
   return out
 
 

@@ -11,12 +11,13 @@ from el_jax import grid as grid_lib
 from el_jax import job
 from el_jax import runner
 from el_jax import stats
+import pins  # tests/pins.py
 import reliability  # tests/reliability.py
 
 # A two-loss grid; its validation scores are written by hand (the `select` stage's output),
 # so that only the `test` stage trains: CE without warmup, CE + warmup, focal + warmup.
 GRID = {"ce": [{"loss.name": "ce"}],
-        "focal": [{"loss.name": "focal", "loss.gamma": g} for g in (0.5, 2.0)]}
+        "focal": [{"loss.name": "focal", "loss.focal.gamma": g} for g in (0.5, 2.0)]}
 VALID = {"ce": 0.2, "focal_gamma=0.5": 0.1, "focal_gamma=2.0": 0.3}
 
 
@@ -65,6 +66,7 @@ def test_the_stage_writes_grid_rows_of_the_chosen_settings(staged):
   lb, out, runs, doc = staged
   assert doc["stage"] == "test" and doc["metric"] == "test_em_hard"
   assert [r["label"] for r in doc["rows"]] == ["ce_no_warmup", "ce", "focal"]
+  pins.check("loss_baselines/test", doc["rows"])
   size = lb.SIZES["test"]
   for r in doc["rows"]:
     assert set(grid_lib.ROW_FIELDS) | {"point", "warmup"} == set(r)
@@ -78,8 +80,8 @@ def test_the_stage_writes_grid_rows_of_the_chosen_settings(staged):
         assert r["aggregate"][k]["mean"] == pytest.approx(sum(col) / len(col))
   rows = {r["label"]: r for r in doc["rows"]}
   # focal's choice is the argmax of its validation grid (gamma 2.0 scored 0.3 > 0.1)
-  assert rows["focal"]["point"] == {"loss.name": "focal", "loss.gamma": 2.0}
-  assert rows["focal"]["overrides"] == {"loss.name": "focal", "loss.gamma": 2.0,
+  assert rows["focal"]["point"] == {"loss.name": "focal", "loss.focal.gamma": 2.0}
+  assert rows["focal"]["overrides"] == {"loss.name": "focal", "loss.focal.gamma": 2.0,
                                         "optim.warmup_steps": size.warmup}
   assert rows["ce_no_warmup"]["overrides"] == {"loss.name": "ce"}
   assert [rows[k]["warmup"] for k in rows] == [False, True, True]
@@ -144,7 +146,7 @@ def test_table_stage_reads_the_files(staged, capsys):
   with open(os.path.join(out, "table.json")) as fh:
     table = json.load(fh)
   assert table["chosen"] == {"ce": {"loss.name": "ce"},
-                             "focal": {"loss.name": "focal", "loss.gamma": 2.0}}
+                             "focal": {"loss.name": "focal", "loss.focal.gamma": 2.0}}
   assert table["warmup_steps"] == lb.SIZES["test"].warmup
   text = capsys.readouterr().out
   assert "focal_gamma=2.0" in text and "reference" in text
@@ -156,7 +158,7 @@ def test_selection_ties_go_to_the_first_grid_point_and_needs_a_finished_grid(tmp
   lb = _script()
   out = str(tmp_path)
   _write_select(lb, out, {"ce": 0.0, "focal_gamma=0.5": 0.25, "focal_gamma=2.0": 0.25})
-  assert lb.chosen(out)["focal"] == {"loss.name": "focal", "loss.gamma": 0.5}
+  assert lb.chosen(out)["focal"] == {"loss.name": "focal", "loss.focal.gamma": 0.5}
   _write_select(lb, out, {"ce": 0.0, "focal_gamma=0.5": 0.25})
   assert lb.chosen(out, {"ce"}) == {"ce": {"loss.name": "ce"}}
   with pytest.raises(SystemExit, match=r"the grid of 'focal' is not finished \(1 of 2"):

@@ -13,6 +13,7 @@ from el_jax import grid as grid_lib
 from el_jax import job
 from el_jax import runner
 from el_jax import stats
+import pins  # tests/pins.py
 import reliability
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -103,6 +104,8 @@ def test_the_json_has_the_grid_schema(ran):
         if k in r["aggregate"]:
           assert r["aggregate"][k] == stats.aggregate([{k: float(v)} for v in col])[k]
       assert r["workdir"].startswith("runs" + os.sep)
+    pins.check(f"copy_task_suite/{name}" if name in ("table3", "fig1_context")
+               else f"copy_task_cpu_sweep/{name}", doc["rows"])
   # rows in the table's order, with the script's extra fields
   t3 = docs["table3"]["rows"]
   assert [r["label"] for r in t3] == [l for l, _, _ in suite.runs("table3", "test") if l in T3]
@@ -117,7 +120,7 @@ def test_the_json_has_the_grid_schema(ran):
   assert scan["overrides"] == {"data.context_len": 11, "model.embed_dim": 16,
                                "model.num_layers": 2, "train.num_steps": 8, "loss.name": "ce"}
   assert scan2["overrides"] == {"data.context_len": 11, "train.num_steps": 8, "loss.name": "e1",
-                                "loss.lam": 1.0, "optim.warmup_steps": 4}
+                                "loss.e1.lam": 1.0, "optim.warmup_steps": 4}
   assert docs["scan"]["comparisons"] == {} and docs["scan2"]["comparisons"] == {}
   for p in ("out/table3.png", "out/fig1.png"):
     assert (tmp / p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -166,7 +169,7 @@ def test_selection_is_the_best_validation_mean(ran):
   assert sel["context_len"] == 11 and sel["seeds"] == [0, 1]
   assert sel["candidates"] == {"e1_lam1_warmup750": e1["aggregate"]["valid_em_hard"]["mean"]}
   assert sel["chosen_run"] == "e1_lam1_warmup750"
-  assert sel["chosen_overrides"] == {"loss.name": "e1", "loss.lam": 1.0, "optim.warmup_steps": 4}
+  assert sel["chosen_overrides"] == {"loss.name": "e1", "loss.e1.lam": 1.0, "optim.warmup_steps": 4}
 
 
 def test_a_second_run_reuses_the_rows_without_training(ran, monkeypatch):
@@ -202,13 +205,28 @@ def test_test_size_scales_the_cpu_grid():
                                         "model.embed_dim": 32}
   assert [o for _, o, _ in suite.runs("table3", "cpu")] == [lo for _, lo, _ in suite.TABLE3]
   assert [o for _, o, _ in suite.runs("table3", "test")][0] == {
-      "data.context_len": 11, "loss.name": "e1", "loss.lam": 2.0}
+      "data.context_len": 11, "loss.name": "e1", "loss.e1.lam": 2.0}
 
 
 def test_select_on_the_committed_sweep_gives_the_committed_choice(tmp_path, capsys):
   sweep = _script("copy_task_cpu_sweep")
   committed = os.path.join(ROOT, "results", "copy_task_cpu_sweep")
-  for stage in ("scan", "scan2"):
+  for stage in ("scan", "scan2", "scan3"):
     shutil.copy(os.path.join(committed, f"{stage}.json"), tmp_path)
   got = sweep.select(str(tmp_path))
   assert got == json.load(open(os.path.join(committed, "selection.json")))
+  os.remove(tmp_path / "scan3.json")  # without CE's extra settings: E1's choice alone
+  got = sweep.select(str(tmp_path))
+  assert got["chosen_run"] == "e1_lam1_warmup750" and "ce_chosen_run" not in got
+  assert got["budget"] == {"e1": 6, "ce": 3}
+
+
+def test_the_demo_at_test_size_is_pinned(tmp_path):
+  """`make demo`'s grid on configs/copy_task.py:test (2 seeds): its rows are the pinned
+  numbers, and its comparisons are each run against CE."""
+  from el_jax import demo
+  out = demo.run(variant="test", workdir=str(tmp_path), seeds=[0, 1])
+  assert [r["label"] for r in out["rows"]] == list(demo.demo_runs())
+  assert [(c["a"], c["b"]) for c in out["comparisons"][demo.COMPARE_METRIC]] == [
+      ("ce_warmup", "ce"), ("e1_warmup", "ce"), ("e1_warmup", demo.TUNED_CE)]
+  pins.check("demo/summary", out["rows"])

@@ -12,6 +12,7 @@ from el_jax import grid as grid_lib
 from el_jax import runner
 from el_jax import stats
 
+import pins  # tests/pins.py
 import reliability  # tests/reliability.py
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -70,6 +71,7 @@ def test_path_star_grid_at_test_size(tmp_path):
   assert doc["size"] == "test" and doc["stage"] == "main"
   rows = _check_document(doc, 3)
   assert list(rows) == ["G(2,3) CE", "G(2,3) CE + warmup", "G(2,3) E1 + warmup"]
+  pins.check("path_star_table1/main", doc["rows"])
   (comps,) = doc["comparisons"].values()
   assert [(c["a"], c["b"]) for c in comps] == [(f"G(2,3) {a}", f"G(2,3) {b}")
                                                for a, b in ps.COMPARISONS]
@@ -105,6 +107,7 @@ def test_label_copy_grid_at_test_size(tmp_path):
     assert json.load(f) == json.loads(json.dumps(doc))
   rows = _check_document(doc, 2)
   assert list(rows) == ["kjv_scratch_ce", "kjv_scratch_e1_warmup"]
+  pins.check("label_copy/table", doc["rows"])
   assert set(doc["comparisons"]) == set(lc.COMPARED)
   for comps in doc["comparisons"].values():
     assert [(c["a"], c["b"]) for c in comps] == [("kjv_scratch_e1_warmup", "kjv_scratch_ce")]

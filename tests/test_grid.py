@@ -16,7 +16,7 @@ def _grid(tmp_path, **kw):
   g = grid_lib.Grid(str(tmp_path / "out" / "table.json"), runs_dir=str(tmp_path / "runs"), **kw)
   common = {"train.num_steps": 4, "train.eval_every": 0, "progress": False}
   g.add("ce", "copy_task", "test", {"loss.name": "ce", **common}, seeds=(0, 1), paper=0.5)
-  g.add("e1 lam=2", "copy_task", "test", {"loss.name": "e1", "loss.lam": 2.0, **common},
+  g.add("e1 lam=2", "copy_task", "test", {"loss.name": "e1", "loss.e1.lam": 2.0, **common},
         seeds=(0, 1))
   return g
 
@@ -44,7 +44,7 @@ def test_rows_have_one_schema_and_the_runs_own_numbers(ran):
     assert r["aggregate"] == stats.aggregate(summary["per_seed"])
     assert r["workdir"] == os.path.join(str(tmp / "runs"), grid_lib.slug(r["label"]))
   assert rows[0]["paper"] == 0.5 and "paper" not in rows[1]  # extras go to their row
-  assert rows[1]["config"]["loss"]["lam"] == 2.0
+  assert rows[1]["config"]["loss"]["e1"]["lam"] == 2.0
 
 
 def test_comparisons_are_stats_compare_with_holm(ran):
@@ -161,5 +161,5 @@ def test_a_partial_run_keeps_the_other_rows_of_the_file(ran, monkeypatch):
   doc = g.document()
   assert [r["label"] for r in doc["rows"]] == ["ce", "e1 lam=2"]
   assert doc["rows"][1]["per_seed"] == rows[1]["per_seed"]
-  g.runs["e1 lam=2"].overrides["loss.lam"] = 3.0  # a changed run loses its stale row
+  g.runs["e1 lam=2"].overrides["loss.e1.lam"] = 3.0  # a changed run loses its stale row
   assert [r["label"] for r in g.document()["rows"]] == ["ce"]

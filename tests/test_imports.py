@@ -23,7 +23,9 @@ LAYERS = (
     # el_jax.ntp: the linear-NTP science (data, geometry, dynamics); its trainer and its
     # benchmark sit higher up.
     ("data", ("data", "ntp")),
-    ("models", ("models", "probe", "flatness")),
+    # data.lm_language: a language sampled from a decoder (seed 002's LM-sampled data) loads
+    # the model, so it sits with the models; el_jax.tasks.mlm picks it by data.language.
+    ("models", ("models", "probe", "flatness", "data.lm_language")),
     ("step", ("step",)),
     ("tasks", ("adversarial", "tasks")),
     ("loop", ("setup", "train", "seeds")),

@@ -475,5 +475,5 @@ def test_config_variants_and_field_comments():
   swept = []
   module.sweep(lambda **kw: swept.append(kw))
   assert {s["data.corpus"] for s in swept} == {"kjv", "shakespeare"}
-  assert {"loss.name": "e1", "loss.lam": 1.0, "optim.warmup_steps": 1000,
+  assert {"loss.name": "e1", "loss.e1.lam": 1.0, "optim.warmup_steps": 1000,
           "data.corpus": "kjv"} in swept

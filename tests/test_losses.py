@@ -153,21 +153,21 @@ def test_get_loss_from_config_passes_only_relevant_hparams():
   f, k = _data(5, seed=8)
   for make in (dict, ml_collections.ConfigDict):
     for name in E_LOSSES:
-      cfg = make({"name": name, "lam": 3.0, "b": 2.0})
+      cfg = make({"name": name, "e1": {"lam": 3.0}, "e2": {"lam": 3.0}, "e3": {"b": 2.0}})
       hp = {"ce": {}, "e1": {"lam": 3.0}, "e2": {"lam": 3.0},
             "e3": {"b": 2.0}}[name]
       np.testing.assert_allclose(losses.get_loss_from_config(cfg)(f, k),
                                  _np_batch(name, f, k, **hp), rtol=2e-5,
                                  atol=2e-5)
   with pytest.raises(ValueError, match="valid names"):
-    losses.get_loss_from_config({"name": "nope", "lam": 1.0, "b": 1.0})
+    losses.get_loss_from_config({"name": "nope", "e1": {"lam": 1.0}})
   # Missing fields fall back to the loss's defaults.
   np.testing.assert_allclose(
       losses.get_loss_from_config({"name": "e3"})(f, k),
       _np_batch("e3", f, k, b=1.0), rtol=2e-5)
   # lam = 0 is allowed and gives plain CE.
   np.testing.assert_allclose(
-      losses.get_loss_from_config({"name": "e1", "lam": 0.0, "b": 9.0})(f, k),
+      losses.get_loss_from_config({"name": "e1", "e1": {"lam": 0.0}, "e3": {"b": 9.0}})(f, k),
       losses.get_loss("ce")(f, k), rtol=1e-6)
 
 

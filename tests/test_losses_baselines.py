@@ -243,8 +243,8 @@ def test_bad_hyperparameter_is_refused_naming_it(name, hp, value, allowed):
     losses.get_loss(name, **{hp: value})
   msg = str(e.value)
   assert msg.startswith(f"{hp} must be a finite number") and allowed in msg, msg
-  cfg = {"name": name, hp: value}
-  with pytest.raises(ValueError, match=rf"^loss\.{hp} must be"):
+  cfg = {"name": name, name: {hp: value}}
+  with pytest.raises(ValueError, match=rf"^loss\.{name}\.{hp} must be"):
     losses.validate_config(cfg)
 
 
@@ -277,7 +277,7 @@ def test_from_config_passes_only_own_hyperparameters():
   for name in BASELINES:
     cfg = base.copy_and_resolve_references()
     cfg.name = name
-    cfg.update(HPARAMS[name])
+    cfg[name].update(HPARAMS[name])
     np.testing.assert_allclose(losses.get_loss_from_config(cfg)(f, k),
                                _np_batch(name, f, k, **HPARAMS[name]), rtol=RTOL, atol=ATOL,
                                err_msg=name)
@@ -369,9 +369,12 @@ def test_mean_reduction_is_the_old_masked_mean():
 def test_bad_reduction_values():
   with pytest.raises(ValueError, match=r"loss.reduction='sum'; allowed: \['mean', 'reweight'\]"):
     losses.validate_config({"name": "ce", "reduction": "sum"})
-  with pytest.raises(ValueError, match=r"loss.reweight_strategy='mid'; allowed: \['linupper'"):
-    losses.validate_config({"name": "ce", "reduction": "reweight", "reweight_strategy": "mid"})
-  with pytest.raises(ValueError, match=r"loss.reweight_r must be a finite number > 0, got 0.0"):
+  with pytest.raises(ValueError, match=r"loss.reweight.strategy='mid'; allowed: \['linupper'"):
+    losses.validate_config({"name": "ce", "reduction": "reweight",
+                            "reweight": {"strategy": "mid"}})
+  with pytest.raises(ValueError, match=r"loss.reweight.r must be a finite number > 0, got 0.0"):
+    losses.validate_config({"name": "ce", "reduction": "reweight", "reweight": {"r": 0.0}})
+  with pytest.raises(ValueError, match=r"loss.reweight_r is now loss.reweight.r"):
     losses.validate_config({"name": "ce", "reduction": "reweight", "reweight_r": 0.0})
   with pytest.raises(ValueError, match=r"'mean' takes hyperparameters \[\], got unexpected"):
     losses.get_reduction("mean", reweight_r=1.0)
@@ -490,8 +493,9 @@ def test_unknown_decay_lists_wsd():
 
 
 CONFIGS = ("copy_task", "path_star", "pcfg_mlm", "hmm_mlm")
-NEW_LOSS_FIELDS = {"eps", "coef", "a", "gamma", "alpha", "q", "reduction", "reweight_strategy",
-                   "reweight_r"}
+# Each loss's block (its own hyperparameters) and the reduction's.
+LOSS_BLOCKS = {"e1", "e2", "e3", "label_smoothing", "z_loss", "spherical_z", "focal", "dice", "gce",
+               "spectral_decoupling", "reweight"}
 
 
 def _variants(name):
@@ -506,7 +510,7 @@ def _variants(name):
 def test_configs_carry_and_validate_every_loss(name):
   for variant in _variants(name):
     config = runner.get_config(name, variant)
-    assert NEW_LOSS_FIELDS | {"name", "lam", "b"} <= set(config.loss), (name, variant)
+    assert LOSS_BLOCKS | {"name", "reduction"} <= set(config.loss), (name, variant)
     assert "decay_frac" in config.optim, (name, variant)
     losses.validate_config(config.loss)
     optim.validate_config(config.optim)

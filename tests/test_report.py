@@ -99,7 +99,7 @@ def test_a_placeholder_that_does_not_resolve_names_page_placeholder_and_file(tmp
       "{{ number: demo/summary.json:comparisons.nope.p_value | p }}":
           ["key 'nope'", "results/demo/summary.json", "'test_em_hard'"],
       "{{ number: demo/missing.json:a.b | f3 }}": ["results/demo/missing.json does not exist"],
-      "{{ number: demo/summary.json:comparisons.test_em_hard[a=e1_warmup].p_value }}":
+      "{{ number: demo/summary.json:comparisons.test_em_hard[?a=e1_warmup][b=ce].p_value }}":
           ["needs a format"],
       "{{ number: copy_task_suite/table3.json:rows[label=\"no such run\"].seeds | seeds }}":
           ["matches 0 elements", "results/copy_task_suite/table3.json"],

@@ -73,8 +73,8 @@ def test_config_check_allows_only_named_changeable_fields(tmp_path):
   assert history == json.loads((tmp_path / "config.json").read_text())[config_lib.CHANGES_KEY]
   assert history[0]["changes"] == changes and history[0]["resume_steps"] == {"0": 4}
   assert config_lib.check_config(new, str(tmp_path), job.resumable_fields(new)) == {}  # history ignored
-  assert config_lib.parse_allowed("optim.lr, loss.lam,train.num_steps") == (
-      "optim.lr", "loss.lam", "train.num_steps")
+  assert config_lib.parse_allowed("optim.lr, loss.e1.lam,train.num_steps") == (
+      "optim.lr", "loss.e1.lam", "train.num_steps")
   with pytest.raises(wd.WorkdirError, match=r"cannot allow data\.num_train"):
     config_lib.parse_allowed("optim.lr,data.num_train")
 

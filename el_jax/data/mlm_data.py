@@ -12,6 +12,11 @@ Languages (`data.language`):
   hmm   a random block-diagonal HMM (`el_jax.data.hmm`: `data.num_states`,
         `data.vocab_size`, `data.num_blocks`, `data.hmm_seed`), every sentence
         `data.length` tokens (<= T).
+  lm    sentences of a decoder restricted to its top-K tokens (the paper's
+        OPT-generated data): built and cached by `el_jax.data.lm_language`
+        (it loads a model, so it sits above this module; `el_jax.tasks.mlm`
+        dispatches), with conditionals at the fixed masks only. Here only the
+        shared fields are checked.
 
 Vocabulary (other code relies on it): terminal ids 0..V-1 (the language's own
 ids), MASK = V, PAD = V + 1, so the model's vocabulary is V + 2.
@@ -62,7 +67,7 @@ from el_jax.data import hmm as hmm_lib
 from el_jax.data import pcfg as pcfg_lib
 from el_jax import workdir as wd
 
-LANGUAGES = ("pcfg", "hmm")
+LANGUAGES = ("pcfg", "hmm", "lm")
 SPLITS = ("train", "valid", "test")
 STREAMS = {"train": 0, "valid": 1, "test": 2}  # seed streams of the splits
 FORMAT_VERSION = 1  # bump when the content of a cache file changes for the same key
@@ -88,16 +93,18 @@ def check_data_config(d):
   if d.get("language") not in LANGUAGES:
     raise ValueError(f"data.language={d.get('language')!r}; allowed: {LANGUAGES}")
   need = {"pcfg": ("grammar",), "hmm": ("num_states", "vocab_size", "num_blocks", "hmm_seed",
-                                         "length")}[d.language]
+                                         "length"), "lm": ()}[d.language]
   for name in ("max_len_tokens", "num_train", "num_valid", "num_test", "data_seed", *need):
     if name not in d:
-      other = "hmm_mlm" if d.language == "hmm" else "pcfg_mlm"
+      other = {"hmm": "hmm_mlm", "lm": "lm_mlm"}.get(d.language, "pcfg_mlm")
       raise ValueError(f"data.{name} is missing; data.language={d.language!r} needs "
                        f"data.{name} (see configs/{other}.py)")
   for name, lo in (("max_len_tokens", 2), ("num_train", 1), ("num_valid", 1), ("num_test", 1),
                    ("data_seed", 0)):
     if not _is_int(d[name]) or d[name] < lo:
       raise ValueError(f"data.{name}={d[name]!r} must be an integer >= {lo}")
+  if d.language == "lm":  # its own fields: el_jax.data.lm_language.check_data_config
+    return
   if d.language == "pcfg":
     path = grammar_path(d)
     if not os.path.isfile(path):
@@ -119,6 +126,9 @@ def check_data_config(d):
 def language(d):
   """The PCFG (`data.grammar`) or HMM (`data.num_states`, ...) of `config.data`."""
   check_data_config(d)
+  if d.language == "lm":
+    raise ValueError("data.language='lm' is built by el_jax.data.lm_language.language (it "
+                     "loads a model; el_jax.tasks.mlm.language dispatches)")
   if d.language == "pcfg":
     return pcfg_lib.PCFG.from_file(grammar_path(d))
   return hmm_lib.HMM.random_block_diagonal(d.num_states, d.vocab_size, d.num_blocks,
@@ -141,6 +151,9 @@ def _file_sha256(path):
 def cache_key(d):
   """The fields that determine a corpus's content (a JSON-able dict)."""
   check_data_config(d)
+  if d.language == "lm":
+    raise ValueError("data.language='lm' corpora are built and cached by "
+                     "el_jax.data.lm_language.build")
   key = {"format": FORMAT_VERSION, "language": d.language, "max_len_tokens": int(d.max_len_tokens),
          "num_train": int(d.num_train), "num_valid": int(d.num_valid), "num_test": int(d.num_test),
          "data_seed": int(d.data_seed)}

@@ -193,7 +193,8 @@ def model_batch(data):
 
 def init(key, length, width, *, qk_std=None, value_std=1.0, out_std=None):
   """Random parameters: N(0, std^2) entries; defaults qk_std = 1/sqrt(2T),
-  out_std = 1/sqrt(m)."""
+  out_std = 1/sqrt(m). Traceable (`key` may be traced), and the same numbers under jit as
+  eagerly."""
   t, m = _check_length(length), _check_width(width)
   d = 2 * t
   qk_std = 1.0 / np.sqrt(d) if qk_std is None else qk_std
@@ -203,10 +204,15 @@ def init(key, length, width, *, qk_std=None, value_std=1.0, out_std=None):
       raise ValueError(f"{name} must be a finite number >= 0, got {s!r}")
   kq, kk, kv, ka = jax.random.split(key, 4)
   f = jnp.result_type(float)
-  return {"query": qk_std * jax.random.normal(kq, (d, d), f),
-          "key": qk_std * jax.random.normal(kk, (d, d), f),
-          "value": value_std * jax.random.normal(kv, (m, d), f),
-          "out": out_std * jax.random.normal(ka, (m,), f)}
+
+  def normal(k, shape):
+    # The barrier keeps XLA from folding the std into the normal sampler's own constants
+    # when this runs under jit (el_jax.setup.Trainer jits the init): without it a jitted
+    # init differed from an eager one in the last bit of some entries.
+    return jax.lax.optimization_barrier(jax.random.normal(k, shape, f))
+
+  return {"query": qk_std * normal(kq, (d, d)), "key": qk_std * normal(kk, (d, d)),
+          "value": value_std * normal(kv, (m, d)), "out": out_std * normal(ka, (m,))}
 
 
 def count_solution(length, width=2, scale=None):

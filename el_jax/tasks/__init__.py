@@ -7,7 +7,8 @@
 Two kinds of entries:
 
 * a `Task` subclass (`el_jax.tasks.base`): trained by the generic loop
-  `el_jax.job.train_and_evaluate` (copy_task, path_star, mlm, label_copy, text_lm);
+  `el_jax.job.train_and_evaluate` (copy_task, path_star, mlm, label_copy, text_lm,
+  dyck: a model of its own, `Task.own_model`);
 * an experiment with a trainer of its own, a function `(config, workdir)`
   (ntp_linear: linear next-token prediction, `el_jax.ntp.train`).
 
@@ -26,6 +27,7 @@ REGISTRY = {
     "mlm": "el_jax.tasks.mlm:MLMTask",
     "label_copy": "el_jax.tasks.label_copy:LabelCopyTask",
     "text_lm": "el_jax.tasks.text_lm:TextLMTask",
+    "dyck": "el_jax.tasks.dyck:DyckTask",
     "ntp_linear": "el_jax.ntp.train:train_and_evaluate",
 }
 _loaded = {}

@@ -91,6 +91,26 @@ class Task(abc.ABC):
     (default: that function; the MLM task's adversarial pretraining supplies another)."""
     return step_lib.train_step
 
+  # --- a model of the task's own ------------------------------------------------
+
+  #: False (the default): the model is the decoder of `config.model`
+  #: (`el_jax.models.decoder`), trained on the per-token loss of `config.loss`
+  #: (`el_jax.losses`). True: the task brings its own model and objective (the Dyck task):
+  #: its `validate_config` checks `config.model` and `config.loss`, `init_params` gives the
+  #: parameters, and its `step_fn` computes the objective (the loop passes it graphdef=None
+  #: and loss_fn=None, and `decode_fn` graphdef=None); its batches hold what that step reads
+  #: (still rows_per_step rows, sharded over `data`). What only the decoder has is not
+  #: offered (the task's `validate_config` refuses it): `model.pretrained`, the flatness
+  #: hook (`flatness.every`), el_jax.plan, and an activation term in the memory check.
+  own_model: ClassVar[bool] = False
+
+  def init_params(self, seed):
+    """With `own_model`: the initial parameters (a pytree of arrays) of model seed `seed`.
+    Traceable (the loop calls it under jax.eval_shape and jax.jit, `seed` traced), and the
+    same numbers under jit as eagerly."""
+    raise NotImplementedError(f"{type(self).__name__} trains the decoder of config.model "
+                              f"(own_model=False), not a model of its own")
+
   # --- data --------------------------------------------------------------------
 
   config: Any

@@ -1,7 +1,9 @@
 r"""Masked-LM pretraining on a synthetic language with exact conditionals (seed 002) as a `Task`.
 
-Data (`el_jax.data.mlm_data`): fixed train / valid / test sentences of a PCFG
-or an HMM (`data.language`), one sentence per row padded to T =
+Data (`el_jax.data.mlm_data`): fixed train / valid / test sentences of a PCFG,
+an HMM or a decoder restricted to its top-K tokens (`data.language` = "pcfg" |
+"hmm" | "lm"; the last from `el_jax.data.lm_language`, with the exact
+conditionals at the fixed evaluation masks only), one sentence per row padded to T =
 `data.max_len_tokens`; terminal ids 0..V-1, MASK = V, PAD = V + 1 (model
 vocabulary V + 2). Segment ids are 1 on the sentence and 0 on padding, so
 with `model.doc_mask=True` no real token attends to padding.
@@ -40,6 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from el_jax import adversarial
+from el_jax.data import lm_language
 from el_jax.data import mlm_data
 from el_jax.models import decoder
 from el_jax.tasks import base
@@ -47,6 +50,27 @@ from el_jax.tasks import base
 MASKINGS = ("one", "bert")
 BERT_RATE = 0.15  # fraction of real positions chosen by "bert" masking
 BERT_MASK, BERT_RANDOM = 0.8, 0.1  # of the chosen: MASK, random terminal (the rest unchanged)
+
+
+# ----------------------------------------------------------------------------
+# The language of `config.data`
+
+
+def check_data_config(d):
+  """ValueError naming the `data.*` field (no data built; an LM generator's config.json read)."""
+  mlm_data.check_data_config(d)
+  if d.language == "lm":
+    lm_language.check_data_config(d)
+
+
+def language(d):
+  """The PCFG, HMM (`mlm_data.language`) or LM-sampled language (`lm_language.language`)."""
+  return lm_language.language(d) if d.get("language") == "lm" else mlm_data.language(d)
+
+
+def num_terminals(d):
+  """V of `config.data` without building data (the LM language: K; else the language's)."""
+  return int(d.top_k) if d.get("language") == "lm" else mlm_data.language(d).vocab_size
 
 
 # ----------------------------------------------------------------------------
@@ -131,13 +155,13 @@ class MLMTask(base.Task):
 
   groups = ("masked",)
   resumable_fields = frozenset({"train.eval_batch_size", "train.eval_train_sentences",
-                                "data.cache_dir"})
+                                "data.cache_dir", "data.sample_batch", "data.cond_batch"})
 
   @classmethod
   def validate_config(cls, config):
     adversarial.validate_config(config)  # first: it names the language it needs
     d, t, m = config.data, config.train, config.model
-    mlm_data.check_data_config(d)
+    check_data_config(d)
     if d.get("masking") not in MASKINGS:
       raise ValueError(f"data.masking={d.get('masking')!r}; allowed: {MASKINGS}")
     for name in ("batch_size", "eval_batch_size", "eval_train_sentences"):
@@ -174,9 +198,10 @@ class MLMTask(base.Task):
   def __init__(self, config):
     self.config = config
     d = config.data
-    self.language = mlm_data.language(d)
-    self.corpus = mlm_data.build(d, self.language)
-    self.train_eval = mlm_data.train_eval_split(self.corpus, self.language,
+    self.language = language(d)
+    data_lib = lm_language if d.language == "lm" else mlm_data
+    self.corpus = data_lib.build(d, self.language)
+    self.train_eval = data_lib.train_eval_split(self.corpus, self.language,
                                                 config.train.eval_train_sentences, d.data_seed)
 
   # --- data ------------------------------------------------------------------
@@ -249,6 +274,12 @@ class MLMTask(base.Task):
                                    if k not in ("format", "language")}}
     if d.language == "pcfg":
       lang["grammar"] = d.grammar
+    elif d.language == "lm":
+      lang["generator"] = d.generator
+      if self.language.coverage() is not None:
+        lang["top_k_coverage"] = self.language.coverage()  # share of the free generator's tokens
+      lang["cost"] = (f"{self.language.vocab_size} forward passes of {self.language.length} "
+                      f"tokens per evaluated sentence (the exact conditional at its mask)")
     uni = {name: unigram_metrics(c, s) for name, s in (("valid", c.valid), ("test", c.test))}
     return {
         "language": lang,
@@ -275,9 +306,10 @@ class MLMTask(base.Task):
   @classmethod
   def abstract_batch_spec(cls, config):
     """The batch's shapes from the config alone (`base.Task.abstract_batch_spec`): the
-    language (grammar file or HMM matrices) is built for its vocabulary, no corpus."""
+    language (grammar file or HMM matrices) is built for its vocabulary, no corpus (the LM
+    language: data.top_k, no generator)."""
     d = config.data
-    vocab = mlm_data.language(d).vocab_size + 2  # terminals, MASK, PAD (`Corpus.model_vocab_size`)
+    vocab = num_terminals(d) + 2  # terminals, MASK, PAD (`Corpus.model_vocab_size`)
     return {"vocab_size": vocab, "context_len": int(d.max_len_tokens),
             "rows": cls.rows_per_step(config), "scored_positions": None}
 

@@ -1,0 +1,298 @@
+"""experiments/mlm_flatness.py (Figure 1 / 3), adversarial_pretraining.py and
+flatness_copy_task.py on `el_jax.grid`, at test size: each writes the grid's rows (its runs,
+in the row schema) beside its measurements; a row's per-seed numbers are those of
+`runner.run_or_reuse` of its config trained afresh, and are pinned (tests/pins.py); the
+measurements (Tr(H), probes, pilots, comparisons) are the numbers the scripts gave before
+they moved onto the grid (recorded then with the suite's 8 CPU devices; relative 1e-6,
+discrete ones exactly). Comparisons with several p-values carry Holm's adjustment; with >= 2
+pre-training seeds mlm_flatness compares over model seeds (synthetic points)."""
+import json
+import math
+import os
+
+import pytest
+
+from el_jax import config as config_lib
+from el_jax import grid as grid_lib
+from el_jax import runner
+from el_jax import stats
+import pins  # tests/pins.py
+import reliability  # tests/reliability.py
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_script = reliability.experiment_script
+
+# The two MLM scripts measure the same pcfg_mlm:test model with the same sizes (the
+# adversarial script's test sizes), so that their programs compile once in this module.
+MLM_ARGV = ["--figure=training", "--language=pcfg", "--size=test", "--tasks=A",
+            "--sgd_lrs=0.03,0.1", "--pilot_steps=2", "--pilot_tol=10", "--sgd_warmup=1",
+            "--sgd_steps=4", "--every=4", "--flat_inputs=8", "--flat_reps=2",
+            "--fisher_samples=4", "--hutchinson_probes=2", "--chunk=4", "--probe_train=64",
+            "--probe_valid=32", "--probe_test=32", "--probe_epochs=3"]
+ADV_ARGV = ["--size=test", "--weights=0.3", "--d2_draws=2"]
+FC_ARGV = ["--size=test", "--seeds", "0", "1", "--steps=8", "--every=8", "--probes=2",
+           "--batches=2", "--fisher_samples=2", "--lanczos_steps=3"]
+
+# The pre-grid scripts' numbers with these arguments ({path in the JSON: value}).
+MLM_PINS = {
+    ("sgd_lr",): 0.1,
+    ("pilot_start_valid_loss",): 4.980695128440857,
+    ("pilot", "0.03", "valid_mlm_loss"): 4.972648236900568,
+    ("pilot", "0.1", "valid_mlm_loss"): 4.968717016279697,
+    ("points", 0, "sgd_step"): 0,
+    ("points", 0, "valid_mlm_loss"): 4.980695128440857,
+    ("points", 0, "valid_gap"): 0.7790016578445433,
+    ("points", 0, "trace_b1_reps"): [47.37702178955078, 43.547871589660645],
+    ("points", 0, "trace_hutchinson"): -15.671101570129395,
+    ("points", 0, "trace_hutchinson_stderr"): 35.635928756452536,
+    ("points", 0, "probe", "A", "test_acc"): [0.09375, 0.3125, 0.15625, 0.09375, 0.1875],
+    ("points", 1, "sgd_step"): 4,
+    ("points", 1, "valid_mlm_loss"): 4.951388493180275,
+    ("points", 1, "valid_gap"): 0.7496950225839614,
+    ("points", 1, "trace_b1_reps"): [43.137224197387695, 41.28598880767822],
+    ("points", 1, "trace_hutchinson"): 10.415807723999023,
+    ("points", 1, "trace_hutchinson_stderr"): 11.86843722846836,
+    ("points", 1, "probe", "A", "test_acc"): [0.125, 0.25, 0.1875, 0.0625, 0.21875],
+    ("comparison", "trace_b1_change", "p_value"): 0.3333333333333333,
+    ("comparison", "probe", "A", "p_value"): 1.0,
+}
+ADV_PINS = {
+    ("pilot", "chosen_weight"): 0.3,
+    ("pilot", "normal_valid_mlm_loss"): 4.980695128440857,
+    ("pilot", "trials", "0.3", "valid_mlm_loss"): 4.960272014141083,
+    ("models", "adamw", "step"): 60,
+    ("models", "adamw", "valid_mlm_loss"): 5.023302439600229,
+    ("models", "adamw", "test_mlm_loss"): 4.853330694139004,
+    ("models", "adamw", "trace_b1_reps"): [68.60705280303955, 40.30649185180664],
+    ("models", "adamw", "trace_hutchinson"): -49.62149429321289,
+    ("models", "adamw", "probe", "A", "test_acc"): [0.15625, 0.3125, 0.15625, 0.1875, 0.125],
+    ("models", "adamw", "probe", "B", "test_acc"): [0.0, 0.03125, 0.0625, 0.03125, 0.09375],
+    ("models", "adamw", "adversary_objective", "d2_loss_mean"): 1.1949392557144165,
+    ("models", "adversarial", "step"): 60,
+    ("models", "adversarial", "valid_mlm_loss"): 5.031086876988411,
+    ("models", "adversarial", "test_mlm_loss"): 4.96757647395134,
+    ("models", "adversarial", "trace_b1_reps"): [71.03310108184814, 49.78604221343994],
+    ("models", "adversarial", "trace_hutchinson"): 5.077864646911621,
+    ("models", "adversarial", "probe", "A", "test_acc"): [0.25, 0.1875, 0.1875, 0.125, 0.21875],
+    ("models", "adversarial", "probe", "B", "test_acc"): [0.0, 0.09375, 0.0625, 0.0, 0.0625],
+    ("models", "adversarial", "adversary_objective", "d2_loss_mean"): 1.5454025864601135,
+    ("models", "lookup_table", "probe", "A", "test_acc"): [0.21875, 0.15625, 0.25, 0.25,
+                                                           0.09375],
+    ("models", "lookup_table", "probe", "B", "test_acc"): [0.09375, 0.03125, 0.15625, 0.09375,
+                                                           0.0625],
+    ("comparisons", "adversarial_vs_adamw", "probe_A", "p_value"): 1.0,
+    ("comparisons", "adversarial_vs_adamw", "probe_B", "p_value"): 1.0,
+    ("comparisons", "adversarial_vs_adamw", "trace_b1", "p_value"): 0.6666666666666666,
+}
+# (run, seed): at the end (step 8, the one measurement) Tr(H), its stderr, Tr(F), the top
+# eigenvalue, the training CE and mean margin; then the discrete fitted fraction, test EM (hard)
+# and test CL (all).
+FC_PINS = {
+    ("ce", "0"): (194.92141723632812, 36.99858791646649, 27.53887939453125, 13.157512021759638,
+                  3.294448137283325, -0.14561665058135986, 0.125, 0.0, 0.041666666666666664),
+    ("ce", "1"): (205.63153839111328, 45.00969947550195, 26.772828578948975, 13.434836262291995,
+                  3.299600839614868, -0.1824856996536255, 0.03125, 0.0, 0.03125),
+    ("e1_warmup", "0"): (160.56686782836914, 43.31690769419604, 82.19545364379883,
+                         30.35410619038732, 3.3811495304107666, -0.17741718888282776, 0.0625, 0.0,
+                         0.03125),
+    ("e1_warmup", "1"): (-290.9295196533203, 122.50974132186387, 101.43159484863281,
+                         9.728287337357463, 3.3603646755218506, -0.18715490400791168, 0.03125,
+                         0.0, 0.041666666666666664),
+}
+DISCRETE = {"sgd_lr", "sgd_step", "step", "test_acc", "chosen_weight"}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _compilation_cache(tmp_path_factory):
+  """The scripts and the direct runs compile the same programs again: JAX's persistent cache
+  in a temporary folder for this module only (`reliability.compilation_cache`)."""
+  with reliability.compilation_cache(tmp_path_factory.mktemp("jax_cache")):
+    yield
+
+
+def _at(doc, path):
+  for k in path:
+    doc = doc[k]
+  return doc
+
+
+def _close(got, want, exact=False):
+  if isinstance(want, list):
+    return len(got) == len(want) and all(_close(g, w, exact) for g, w in zip(got, want))
+  if exact or not isinstance(want, float):
+    return got == want
+  return math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-12)
+
+
+def _check_pins(doc, want):
+  for path, w in want.items():
+    got = _at(doc, path)
+    assert _close(got, w, exact=path[-1] in DISCRETE), (path, got, w)
+
+
+def _check_rows(doc, labels):
+  """The grid's rows: the schema of el_jax.grid, in the order declared; {label: row}."""
+  assert [r["label"] for r in doc["rows"]] == labels
+  for r in doc["rows"]:
+    assert set(grid_lib.ROW_FIELDS) <= set(r), r["label"]
+    assert r["per_seed"] and all(len(c) == len(r["seeds"]) for c in r["per_seed"].values())
+    k = len(r["seeds"])
+    finals = [{m: col[i] for m, col in r["per_seed"].items()} for i in range(k)]
+    got = stats.aggregate(finals)
+    assert got and {m: r["aggregate"][m] for m in got} == got, r["label"]
+  return {r["label"]: r for r in doc["rows"]}
+
+
+def _same_as_a_direct_run(row, workdir):
+  """The row's per-seed values are those of runner.run_or_reuse of its config, trained
+  afresh in `workdir` (tests/test_experiment_grids_ps_lc.py)."""
+  cfg = grid_lib.make_config(row["config_name"], row["variant"], row["overrides"], row["seeds"])
+  cfg.progress = False
+  assert not config_lib.config_diff(config_lib.flatten(row["config"]),
+                                    config_lib.flatten(config_lib.config_dict(cfg)))
+  summary = runner.run_or_reuse(cfg, str(workdir), verbose=False)
+  for m, col in row["per_seed"].items():
+    assert col == [f[m] for f in summary["per_seed"]], m
+  assert row["aggregate"] == summary["aggregate"]
+
+
+def _holm_family(comps):
+  assert [c["p_holm"] for c in comps] == stats.holm([c["p_value"] for c in comps])
+
+
+def _mlm_family(c):
+  return [c["trace_b1_change"], *c["probe"].values()]
+
+
+def test_mlm_flatness_training_grid_at_test_size(tmp_path):
+  """The AdamW run, two pilot runs and the SGD run (from the AdamW run's parameters) as one
+  grid; the points and the comparison as before (over the repetitions and probe seeds of the
+  one model, Holm over both); the SGD row against a direct run."""
+  ms = _script("mlm_flatness")
+  out = ms.main(MLM_ARGV + ["--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "out")])
+  with open(tmp_path / "out" / "training_pcfg.json") as f:
+    doc = json.load(f)
+  assert doc == json.loads(json.dumps(out, default=float))
+  rows = _check_rows(doc, ["pcfg_adamw", "pcfg_pilot_lr0.03", "pcfg_pilot_lr0.1", "pcfg_sgd"])
+  for label, r in rows.items():
+    assert r["workdir"] == os.path.join(str(tmp_path / "runs"), label) and r["seeds"] == [0]
+    assert r["config_name"] == "pcfg_mlm" and r["variant"] == "test"
+  adamw, sgd = rows["pcfg_adamw"], rows["pcfg_sgd"]
+  assert adamw["overrides"] == {} and adamw["phase"] == "adamw"
+  assert sgd["overrides"]["train.init_from"] == adamw["workdir"] == doc["adamw_run"]
+  assert (sgd["phase"], sgd["sgd_lr"], sgd["workdir"]) == ("sgd", doc["sgd_lr"], doc["sgd_run"])
+  assert sgd["config"] == doc["config"]
+  assert [(p["seed"], p["sgd_step"]) for p in doc["points"]] == [(0, 0), (0, 4)]
+  _check_pins(doc, MLM_PINS)
+  c = doc["comparison"]
+  assert c["over"] == "repetitions / probe seeds of one model"
+  first, last = doc["points"]
+  assert {k: c["trace_b1_change"][k] for k in c["trace_b1_change"] if k != "p_holm"} == \
+      stats.compare(last["trace_b1_reps"], first["trace_b1_reps"])
+  _holm_family(_mlm_family(c))
+  assert os.path.exists(tmp_path / "out" / "training_pcfg.png")
+  pins.check("mlm_flatness/training", doc["rows"])
+  _same_as_a_direct_run(sgd, tmp_path / "direct")
+
+
+def test_adversarial_pretraining_grid_at_test_size(tmp_path):
+  """The normal run and the chosen adversarial run (its pilot steps trained first, then
+  resumed by `Grid.run`) as grid rows; the measurements and comparisons as before, Holm over
+  the table; the resumed adversarial row against a direct run."""
+  ap = _script("adversarial_pretraining")
+  out = ap.main(ADV_ARGV + ["--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "out")])
+  with open(tmp_path / "out" / "table.json") as f:
+    doc = json.load(f)
+  assert doc == json.loads(json.dumps(out, default=float))
+  rows = _check_rows(doc, ["pcfg_adamw", "pcfg_adversarial_w0.3"])
+  normal, adv = rows["pcfg_adamw"], rows["pcfg_adversarial_w0.3"]
+  assert (normal["model"], adv["model"]) == ("adamw", "adversarial")
+  assert adv["overrides"] == {"train.num_steps": 60, "adversarial.enabled": True,
+                              "adversarial.weight": 0.3}
+  assert (doc["models"]["adamw"]["run"], doc["models"]["adversarial"]["run"]) == \
+      (normal["workdir"], adv["workdir"])
+  assert (doc["config_adamw"], doc["config_adversarial"]) == (normal["config"], adv["config"])
+  _check_pins(doc, ADV_PINS)
+  _holm_family([x for c in doc["comparisons"].values() for x in c.values()
+                if isinstance(x, dict)])
+  assert os.path.exists(tmp_path / "out" / "table.png")
+  pins.check("adversarial_pretraining/table", doc["rows"])
+  _same_as_a_direct_run(adv, tmp_path / "direct")
+
+
+def test_flatness_copy_task_grid_at_test_size(tmp_path):
+  """CE and E1 + warmup (the demo's sweep) as one grid measured by the training loop; the
+  per-seed trajectories as before; the CE row against a direct run."""
+  fc = _script("flatness_copy_task")
+  out = fc.main(FC_ARGV + ["--out", str(tmp_path / "out"), "--workdir", str(tmp_path / "runs")])
+  with open(tmp_path / "out" / "copy_task.json") as f:
+    doc = json.load(f)
+  assert doc == json.loads(json.dumps(out, default=str))
+  rows = _check_rows(doc, ["ce", "e1_warmup"])
+  for label, r in rows.items():
+    assert r["seeds"] == [0, 1] and r["variant"] == "test"
+    assert r["workdir"] == os.path.join(str(tmp_path / "runs"), label)
+    assert r["overrides"]["flatness.every"] == 8 and r["config"]["progress"] is False
+    assert doc["results"][label]["overrides"] == fc.LOSSES[label]
+    assert doc["results"][label]["seconds"] == r["seconds"]
+  assert doc["meta"]["config"] == "configs/copy_task.py:test"
+  for (run, seed), want in FC_PINS.items():
+    s = doc["results"][run]["per_seed"][seed]
+    assert s["converged_step"] is None and [f["step"] for f in s["flatness"]] == [8]
+    f, t, e = s["final"], s["final_train"], s["final_eval"]
+    got = [f["hessian_trace"], f["hessian_trace_stderr"], f["fisher_trace"], f["top_eigenvalue"],
+           t["ce"], t["margin_mean"]]
+    assert _close(got, list(want[:6])), (run, seed, got)
+    assert (t["fitted_frac"], e["test_em_hard"], e["test_cl_all"]) == want[6:], (run, seed)
+  assert _close(doc["answer"]["ce_final_hessian_trace"], [FC_PINS[("ce", s)][0] for s in "01"])
+  assert os.path.exists(tmp_path / "out" / "copy_task.png")
+  pins.check("flatness_copy_task/copy_task", doc["rows"])
+  _same_as_a_direct_run(rows["ce"], tmp_path / "direct")
+
+
+def _point(seed, step, trace, acc):
+  return {"seed": seed, "sgd_step": step, "trace_b1": trace, "trace_hutchinson": 2 * trace,
+          "valid_mlm_loss": 4.0 - step / 1000, "probe": {"C": {"test_acc_mean": acc}}}
+
+
+def test_mlm_flatness_compares_over_model_seeds_with_several():
+  """--seeds=0,1,2: the first vs last checkpoint over the three pre-trained models (one value
+  each), Holm over Tr(H) and the probe; one model's repetitions are not samples then."""
+  ms = _script("mlm_flatness")
+  traces = {(0, 0): 10.0, (1, 0): 12.0, (2, 0): 11.0, (0, 8): 7.0, (1, 8): 8.5, (2, 8): 6.0}
+  accs = {(0, 0): 0.30, (1, 0): 0.32, (2, 0): 0.31, (0, 8): 0.35, (1, 8): 0.36, (2, 8): 0.40}
+  points = [_point(s, t, traces[s, t], accs[s, t]) for s in range(3) for t in (0, 4, 8)
+            if (s, t) in traces] + [_point(1, 4, 9.0, 0.33)]
+  c = ms._trend_over_seeds(points, "sgd_step", (0, 1, 2))
+  assert c["over"] == "model seeds" and c["x"] == [0, 8] and c["seeds"] == [0, 1, 2]
+  want = stats.compare([7.0, 8.5, 6.0], [10.0, 12.0, 11.0])
+  assert {k: c["trace_b1_change"][k] for k in want} == want
+  assert c["trace_b1_change"]["n_a"] == 3
+  want = stats.compare([0.35, 0.36, 0.40], [0.30, 0.32, 0.31])
+  assert {k: c["probe"]["C"][k] for k in want} == want
+  assert c["trace_b1"] == pytest.approx([11.0, 21.5 / 3])
+  _holm_family(_mlm_family(c))
+  with pytest.raises(ValueError, match=r"sgd_step 8 is not measured for every seed"):
+    ms._trend_over_seeds(points[:-2], "sgd_step", (0, 1, 2))
+  with pytest.raises(ValueError, match="--seeds is for --figure=training"):
+    ms.main(["--figure=size", "--seeds=0,1"])
+  with pytest.raises(ValueError, match="must be distinct integers"):
+    ms.main(["--figure=training", "--seeds=1,1"])
+
+
+def test_committed_seed002_comparisons_carry_holm_over_each_table():
+  """results/mlm_flatness and results/adversarial_pretraining (converted): p_holm is
+  stats.holm over each table's p-values; the mlm_flatness comparisons are over one model's
+  repetitions and probe seeds (one pre-training seed)."""
+  for name in ("training_pcfg", "training_hmm", "size_hmm", "embedded_hmm"):
+    with open(os.path.join(ROOT, "results", "mlm_flatness", f"{name}.json")) as f:
+      doc = json.load(f)
+    assert doc["comparison"]["over"] == "repetitions / probe seeds of one model", name
+    _holm_family(_mlm_family(doc["comparison"]))
+    if name.startswith("training"):
+      assert doc["args"]["seeds"] == [0] and {p["seed"] for p in doc["points"]} == {0}
+  with open(os.path.join(ROOT, "results", "adversarial_pretraining", "table.json")) as f:
+    comps = json.load(f)["comparisons"]
+  family = [x for c in comps.values() for x in c.values() if isinstance(x, dict)]
+  assert len(family) == 6
+  _holm_family(family)

@@ -283,14 +283,21 @@ def test_mlm_flatness_compares_over_model_seeds_with_several():
 def test_committed_seed002_comparisons_carry_holm_over_each_table():
   """results/mlm_flatness and results/adversarial_pretraining (converted): p_holm is
   stats.holm over each table's p-values; the mlm_flatness comparisons are over one model's
-  repetitions and probe seeds (one pre-training seed)."""
+  repetitions and probe seeds where one pre-training seed ran, over the model seeds where
+  several did (training_hmm: seeds 0-2)."""
   for name in ("training_pcfg", "training_hmm", "size_hmm", "embedded_hmm"):
     with open(os.path.join(ROOT, "results", "mlm_flatness", f"{name}.json")) as f:
       doc = json.load(f)
-    assert doc["comparison"]["over"] == "repetitions / probe seeds of one model", name
+    seeds = doc["args"]["seeds"] if name.startswith("training") else [0]
+    over = "model seeds" if len(seeds) > 1 else "repetitions / probe seeds of one model"
+    assert doc["comparison"]["over"] == over, name
     _holm_family(_mlm_family(doc["comparison"]))
     if name.startswith("training"):
-      assert doc["args"]["seeds"] == [0] and {p["seed"] for p in doc["points"]} == {0}
+      assert {p["seed"] for p in doc["points"]} == set(seeds), name
+      if len(seeds) > 1:
+        assert doc["comparison"]["seeds"] == seeds
+        for key in ("trace_b1_change",):
+          assert doc["comparison"][key]["n_a"] == doc["comparison"][key]["n_b"] == len(seeds)
   with open(os.path.join(ROOT, "results", "adversarial_pretraining", "table.json")) as f:
     comps = json.load(f)["comparisons"]
   family = [x for c in comps.values() for x in c.values() if isinstance(x, dict)]

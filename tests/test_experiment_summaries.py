@@ -99,16 +99,28 @@ def test_mlm_flatness_comparisons_and_readme_rows_match_their_points():
   for lang in ("pcfg", "hmm"):
     with open(os.path.join(ROOT, "results", "mlm_flatness", f"training_{lang}.json")) as f:
       r = json.load(f)
-    first, last = r["points"][0], r["points"][-1]
-    got = runner.compare(last["trace_b1_reps"], first["trace_b1_reps"])
+    several = r["comparison"].get("over") == "model seeds"
+    if several:  # one value per pre-trained model: its mean over repetitions / probe seeds
+      seeds = r["comparison"]["seeds"]
+      at = lambda step: [next(p for p in r["points"] if p["seed"] == s and p["sgd_step"] == step)
+                         for s in seeds]  # noqa: E731
+      first, last = at(r["comparison"]["x"][0]), at(r["comparison"]["x"][1])
+      trace = lambda pts: [p["trace_b1"] for p in pts]  # noqa: E731
+      acc = lambda pts, t: [p["probe"][t]["test_acc_mean"] for p in pts]  # noqa: E731
+    else:  # one model: the repetitions and probe seeds of its first and last point
+      first, last = r["points"][0], r["points"][-1]
+      trace = lambda p: p["trace_b1_reps"]  # noqa: E731
+      acc = lambda p, t: p["probe"][t]["test_acc"]  # noqa: E731
+    got = runner.compare(trace(last), trace(first))
     c = r["comparison"]["trace_b1_change"]
     assert {k: c[k] for k in got} == got  # and p_holm (tests/test_experiment_grids_seed002.py)
     for task, c in r["comparison"]["probe"].items():
-      got = runner.compare(last["probe"][task]["test_acc"], first["probe"][task]["test_acc"])
+      got = runner.compare(acc(last, task), acc(first, task))
       assert {k: c[k] for k in got} == got
     for p in r["points"]:
       pr = next(iter(p["probe"].values()))
-      row = (f"| {p['sgd_step']} | {p['valid_mlm_loss']:.4f} | {p['valid_gap']:.4f} | "
+      step = f"{p['sgd_step']} (seed {p['seed']})" if several else p["sgd_step"]
+      row = (f"| {step} | {p['valid_mlm_loss']:.4f} | {p['valid_gap']:.4f} | "
              f"{p['trace_b1']:.1f} ({p['trace_b1_std']:.1f}) | {p['trace_hutchinson']:.1f} "
              f"({p['trace_hutchinson_stderr']:.1f}) | {100 * pr['test_acc_mean']:.2f} "
              f"({100 * pr['test_acc_std']:.2f}) |")

@@ -288,3 +288,16 @@ def map_padded(fn, arrays, per_call, multiple, sharding=None):
 def group_masks(loss_mask, group_of_position):
   """{f"mask_{g}": loss_mask * (group == g)} from a {group: float mask} dict."""
   return {f"mask_{g}": loss_mask * m for g, m in group_of_position.items()}
+
+
+class BatchSizeRows:
+  """`rows_per_step` / `describe_batch` of a task whose training batch is `train.batch_size`
+  rows (mix in before `Task`: `class MyTask(base.BatchSizeRows, base.Task)`)."""
+
+  @classmethod
+  def rows_per_step(cls, config):
+    return config.train.batch_size
+
+  @classmethod
+  def describe_batch(cls, config):
+    return f"train.batch_size={config.train.batch_size}"

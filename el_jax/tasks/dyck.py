@@ -98,7 +98,7 @@ def _number(section, fields, name, lo):
     raise ValueError(f"{section}.{name}={v!r} must be a finite number >= {lo:g}")
 
 
-class DyckTask(base.Task):
+class DyckTask(base.BatchSizeRows, base.Task):
   """The Dyck model of seed 002 Sec. 6 on its exact pre-training population (module docstring)."""
 
   own_model = True
@@ -147,14 +147,6 @@ class DyckTask(base.Task):
                        f"dyck_flatness.py measures the exact Tr(H) of the saved checkpoints)")
     base.check_int("train", t, "batch_size", 1, " (inputs per step, drawn with replacement)")
     base.check_int("train", t, "eval_batch_size", 1, " (inputs per evaluation call)")
-
-  @classmethod
-  def rows_per_step(cls, config):
-    return config.train.batch_size
-
-  @classmethod
-  def describe_batch(cls, config):
-    return f"train.batch_size={config.train.batch_size}"
 
   def __init__(self, config):
     self.config = config

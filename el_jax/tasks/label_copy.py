@@ -64,7 +64,7 @@ def label_metrics(pred_NxL, answers_NxL, easy_N):
   return out
 
 
-class LabelCopyTask(base.Task):
+class LabelCopyTask(base.BatchSizeRows, base.Task):
   """Label copy: one sentence per row, the loss on the label's tokens after the separator."""
 
   groups = label_copy.GROUPS
@@ -86,14 +86,6 @@ class LabelCopyTask(base.Task):
       raise ValueError("model.doc_mask=False would let the sentence attend to the padding before "
                        "it; the label-copy task needs model.doc_mask=True")
     # model.pretrained (a GPT-2 checkpoint directory) is checked and loaded by el_jax.train.
-
-  @classmethod
-  def rows_per_step(cls, config):
-    return config.train.batch_size
-
-  @classmethod
-  def describe_batch(cls, config):
-    return f"train.batch_size={config.train.batch_size}"
 
   def __init__(self, config):
     self.config = config

@@ -150,7 +150,7 @@ def unigram_metrics(corpus, split):
 # The task
 
 
-class MLMTask(base.Task):
+class MLMTask(base.BatchSizeRows, base.Task):
   """One-mask (or BERT) MLM on a PCFG / HMM corpus, scored against the exact conditionals."""
 
   groups = ("masked",)
@@ -186,14 +186,6 @@ class MLMTask(base.Task):
     if adversarial.enabled(self.config):
       return adversarial.make_step_fn(self)
     return super().step_fn()
-
-  @classmethod
-  def rows_per_step(cls, config):
-    return config.train.batch_size
-
-  @classmethod
-  def describe_batch(cls, config):
-    return f"train.batch_size={config.train.batch_size}"
 
   def __init__(self, config):
     self.config = config

@@ -99,7 +99,7 @@ def _tfds_graphs(config):
   return graphs("train"), graphs("valid"), graphs("test"), src["train"]
 
 
-class PathStarTask(base.Task):
+class PathStarTask(base.BatchSizeRows, base.Task):
   """Path-star graphs G(d, l): the loss on the path, greedy decoding of the whole path."""
 
   groups = ("decision", "rest")
@@ -129,14 +129,6 @@ class PathStarTask(base.Task):
         raise ValueError(f"data.test_file: {path!r} does not exist (from the pattern "
                          f"{d.test_file!r})")
     base.data_pipeline(config)
-
-  @classmethod
-  def rows_per_step(cls, config):
-    return config.train.batch_size
-
-  @classmethod
-  def describe_batch(cls, config):
-    return f"train.batch_size={config.train.batch_size}"
 
   def __init__(self, config):
     self.config = config

@@ -154,7 +154,7 @@ def token_ce(graphdef, params, inputs, segments, targets):
   return ce.sum(axis=1), right.sum(axis=1)
 
 
-class TextLMTask(base.Task):
+class TextLMTask(base.BatchSizeRows, base.Task):
   """Next-token prediction at every position of packed text rows."""
 
   groups = ("text",)
@@ -167,14 +167,6 @@ class TextLMTask(base.Task):
     if not decoder.preset(config.model.preset, vocab_size=1).causal:
       raise ValueError(f"model.preset={config.model.preset!r} is bidirectional; causal language "
                        f"modelling needs 'gpt2' or 'gpt_neox'")
-
-  @classmethod
-  def rows_per_step(cls, config):
-    return config.train.batch_size
-
-  @classmethod
-  def describe_batch(cls, config):
-    return f"train.batch_size={config.train.batch_size}"
 
   def __init__(self, config):
     self.config = config

@@ -22,7 +22,8 @@ a result; it names the number instead:
       `giga`), then one format: `f0`..`f9`, `+f3` (signed), `e1`, `g3`, `p` (2 significant
       digits, for p-values), `int` (1,234), `pct1` (60.0%), `x2` (1.24x), `mr3` (mean (min,
       max) of a {mean, min, max}, through el_jax.stats.format_mean_range), `ci3` ([+lo, +hi]),
-      `seeds` (2-11), `text`. A float needs a format.
+      `seeds` (2-11), `text`. A float needs a format. A list given `text`, `p`, `int` or a
+      number format (`f3`, `+f3`, ...) is each element so formatted, joined by " / ".
   {{ table: <name> [<arg> ...] }}
       A table composed by the function registered as <name> below (it reads the JSON itself).
   {{ image: <path under results/> }}
@@ -453,6 +454,9 @@ def apply_ops(value, ops, where):
 
 
 def format_value(v, fmt, where):
+  if isinstance(v, list) and fmt is not None and (
+      fmt in ("text", "p", "int") or re.fullmatch(r"\+?[fegx]\d", fmt)):
+    return " / ".join(format_value(x, fmt, where) for x in v)  # a list: each, joined
   try:
     if fmt is None:
       if isinstance(v, bool) or isinstance(v, int) or isinstance(v, str):
@@ -762,6 +766,74 @@ def _path_star_long(R):
   return md(["graph", "run", "steps", "test EM, mean (min, max)", "train EM",
              "decision-token training CE, 500 steps before the end -> end",
              "later tokens' training CE at the end", "seeds"], out)
+
+
+# --- seed 000: scale trends (experiments/scale_trends.py) ------------------------------
+
+ST_METHODS = (("ce", "CE"), ("ce_warmup", "CE + warmup"), ("e1_warmup", "E1 + warmup"))
+ST_PAIRS = (("e1_warmup", "ce"), ("e1_warmup", "ce_warmup"), ("ce_warmup", "ce"))
+
+
+def _scale_doc(R, task):
+  rel = f"scale_trends/{task}.json"
+  if not R.exists(rel):
+    return None, _not_yet_run(f"{RESULTS}/{rel}",
+                              f"python experiments/scale_trends.py --task={task}")
+  doc = R.load(rel)
+  if not doc["trend"]:
+    return None, (f"*No point finished yet* (`python experiments/scale_trends.py --task={task}`"
+                  f" goes on from the runs that did).")
+  return doc, None
+
+
+@table("scale_trend")
+def _scale_trend(R, task):
+  """Per scale point: each method's test metric at its chosen setting, and the comparisons."""
+  doc, missing = _scale_doc(R, task)
+  if missing:
+    return missing
+  metric = doc["test_metric"]
+  rows = {r["label"]: r for r in doc["rows"]}
+  out = []
+  for e in doc["trend"]:
+    p = e["point"]
+    cells = [f"{p} ({e['x']:,})"]
+    cells += [mr(rows[f"{p} {m}"]["aggregate"][metric]) for m, _ in ST_METHODS]
+    cells += [cmp_cell(e[f"{a}_vs_{b}"]) for a, b in ST_PAIRS]
+    cells.append(seeds(rows[f"{p} e1_warmup"]["seeds"]))
+    out.append(cells)
+  names = dict(ST_METHODS)
+  return md(["point (x)"] + [f"{n}: `{metric}`" for _, n in ST_METHODS]
+            + [f"{names[a]} vs {names[b]}" for a, b in ST_PAIRS] + ["test seeds"], out)
+
+
+@table("scale_trend_choice")
+def _scale_trend_choice(R, task):
+  """Per scale point and method: every candidate's validation score, the chosen one in bold."""
+  doc, missing = _scale_doc(R, task)
+  if missing:
+    return missing
+  out = []
+  for e in doc["trend"]:
+    for m, name in ST_METHODS:
+      sel = doc["selection"][e["point"]][m]
+      cands = ", ".join((f"**{c}: {f(v)}**" if c == sel["chosen"] else f"{c}: {f(v)}")
+                        for c, v in sel["scores"].items())
+      out.append([e["point"], name, cands])
+  return md(["point", "method", f"candidates: mean `{doc['select_metric']}` over tuning "
+             f"seed(s) {seeds(doc['tune_seeds'])} (chosen in bold)"], out)
+
+
+@table("scale_trend_fit")
+def _scale_trend_fit(R, task, metric):
+  """Per scale point: each method's mean of another per-seed metric (e.g. the training fit)."""
+  doc, missing = _scale_doc(R, task)
+  if missing:
+    return missing
+  rows = {r["label"]: r for r in doc["rows"]}
+  out = [[e["point"]] + [f(rows[f"{e['point']} {m}"]["aggregate"][metric]["mean"])
+                         for m, _ in ST_METHODS] for e in doc["trend"]]
+  return md(["point"] + [f"{n}: mean `{metric}`" for _, n in ST_METHODS], out)
 
 
 # --- seed 000: label copy ----------------------------------------------------------

@@ -30,6 +30,7 @@ from el_jax import config as config_lib
 from el_jax import job
 from el_jax import metrics as metrics_lib
 from el_jax import tasks
+from el_jax.models import pretrained
 from el_jax import workdir as wd
 # The experiments' one import: config loading and statistics are re-exported from their modules.
 from el_jax.config import (apply_overrides, config_dict, config_diff, config_path,  # noqa: F401
@@ -109,6 +110,19 @@ def run_or_reuse(config, workdir, verbose=True, reuse_from=()):
       print(f"reusing finished run {found[0]}", file=sys.stderr, flush=True)
     return found[1]
   return job.run(config, workdir)
+
+
+def pretrain_and_export(config, workdir, export_dir, verbose=True):
+  """Trains (or reads back) a `gpt2`-preset `config` in `workdir` and writes its first seed
+  in the Hugging Face GPT-2 layout to `export_dir` (unless already there): the checkpoint
+  that `model.pretrained` fine-tunes from (experiments/label_copy.py, scale_trends.py).
+  Returns the run's summary."""
+  summary = run_or_reuse(config, workdir, verbose=verbose)
+  if not os.path.exists(os.path.join(export_dir, pretrained.WEIGHTS_NAME)):
+    pretrained.export_run(config, workdir, export_dir)
+    if verbose:
+      print(f"wrote {export_dir}", file=sys.stderr, flush=True)
+  return summary
 
 
 def run_dirs(*patterns):

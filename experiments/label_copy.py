@@ -76,14 +76,8 @@ def pretrain_config(size="cpu"):
 
 def pretrain(size="cpu", runs_dir=RUNS):
   """Trains (or reads back) the small GPT-2 and exports it; returns its summary."""
-  from el_jax.models import pretrained
-  cfg = pretrain_config(size)
-  pre_dir, gpt2_dir = os.path.join(runs_dir, "text_lm"), os.path.join(runs_dir, "small_gpt2")
-  summary = runner.run_or_reuse(cfg, pre_dir)
-  if not os.path.exists(os.path.join(gpt2_dir, pretrained.WEIGHTS_NAME)):
-    pretrained.export_run(cfg, pre_dir, gpt2_dir)
-    print(f"wrote {gpt2_dir}", file=sys.stderr)
-  return summary
+  return runner.pretrain_and_export(pretrain_config(size), os.path.join(runs_dir, "text_lm"),
+                                    os.path.join(runs_dir, "small_gpt2"))
 
 
 def run_overrides(text, start, loss, steps, gpt2_dir=GPT2_DIR):

@@ -232,3 +232,11 @@ def test_optional_sections_say_not_yet_run(tmp_path):
   assert "*Not yet run* (`results/plan_paper/plan.json` is absent" in text
   assert "*Not yet run* (`results/paper_two_steps/two_steps.json` is absent" in text
   assert not any(s.startswith(("plan_paper", "paper_two_steps")) for s in sources)
+
+
+def test_a_list_is_formatted_element_by_element():
+  assert report.format_value([0.1, -0.25], "+f3", "x") == "+0.100 / -0.250"
+  assert report.format_value(["k=1", "k=2"], "text", "x") == "k=1 / k=2"
+  assert report.format_value([0.5, 1e-5], "p", "x") == "0.5 / 1e-05"
+  assert report.format_value([2, 3, 4], "seeds", "x") == "2-4"  # seeds take the whole list
+  assert report.format_value([-0.01, 0.02], "ci3", "x") == "[-0.010, +0.020]"

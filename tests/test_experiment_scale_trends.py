@@ -1,0 +1,143 @@
+"""experiments/scale_trends.py (issue 24 item 2): each method's setting is the argmax of its
+validation score at each scale point, the test runs train exactly that setting on the test
+seeds, and the comparisons recompute from the per-seed test values with Holm over the task;
+the same checks on the committed results/scale_trends JSON."""
+import json
+import os
+
+import pytest
+
+from el_jax import stats
+import pins  # tests/pins.py
+import reliability
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+COMMITTED = os.path.join(ROOT, "results", "scale_trends")
+
+_script = reliability.experiment_script
+
+
+def _tune_row(label, method, point, score, metric="valid_em_hard"):
+  return {"label": label, "method": method, "point": point,
+          "aggregate": {metric: {"mean": score}}}
+
+
+def test_select_is_the_validation_argmax_first_on_a_tie():
+  st = _script("scale_trends")
+  d = st.design("copy_task", "test")
+  d.points = d.points[:1]
+  p = d.points[0][0]
+  scores = {"ce": [0.2, 0.5], "ce_warmup": [0.4, 0.4], "e1_warmup": [0.1, 0.9]}
+  rows = []
+  for m, cands in d.candidates.items():
+    for c, s in zip(cands, scores[m]):
+      rows.append(_tune_row(f"{p} {m} {st.cand_name(c)}", m, p, s))
+  sel = st.select(d, rows)[p]
+  assert sel["ce"]["overrides"] == d.candidates["ce"][1]
+  assert sel["ce_warmup"]["overrides"] == d.candidates["ce_warmup"][0]  # tie: the first
+  assert sel["e1_warmup"]["overrides"] == d.candidates["e1_warmup"][1]
+  assert sel["e1_warmup"]["scores"] == {st.cand_name(c): s for c, s in
+                                        zip(d.candidates["e1_warmup"], scores["e1_warmup"])}
+  with pytest.raises(SystemExit, match="has no row"):
+    st.select(d, rows[1:])
+
+
+def test_every_design_gives_the_warmup_methods_the_same_budget():
+  st = _script("scale_trends")
+  for task in st.TASKS:
+    for size in ("cpu", "test"):
+      d = st.design(task, size)
+      assert len(d.candidates["ce_warmup"]) == len(d.candidates["e1_warmup"]) >= 2
+      assert [st.cand_name(c) for c in d.candidates["ce_warmup"]] == [
+          st.cand_name(c) for c in d.candidates["e1_warmup"]]
+      assert set(d.test_seeds) == {p[0] for p in d.points}
+      for seeds in d.test_seeds.values():  # tuning and test seeds are disjoint
+        assert not set(seeds) & set(d.tune_seeds)
+  with pytest.raises(ValueError, match="unknown task"):
+    st.design("nope")
+
+
+def _check_doc(st, doc, tune):
+  """A written test JSON against its tuning JSON: choice, settings, comparisons, trend."""
+  d = st.design(doc["task"], doc["size"])
+  d.points = [p for p in d.points if p[0] in doc["selection"]]
+  assert doc["selection"] == json.loads(json.dumps(st.select(d, tune["rows"])))
+  rows = {r["label"]: r for r in doc["rows"]}
+  for p, _, po in d.points:
+    for m in st.METHODS:
+      r = rows[f"{p} {m}"]
+      chosen = doc["selection"][p][m]
+      assert r["overrides"] == {**d.base, **po, **chosen["overrides"]}
+      assert r["seeds"] == list(d.test_seeds[p])
+      want = max(chosen["scores"].values())
+      assert chosen["scores"][chosen["chosen"]] == want
+  assert sorted(doc["comparisons"]) == ["primary", "secondary"]
+  for family, pairs in st.FAMILIES:  # each family: its pairs at every point, Holm over them
+    comps = doc["comparisons"][family]
+    assert [(c["a"], c["b"]) for c in comps] == [(f"{p} {a}", f"{p} {b}") for p, _, _ in d.points
+                                                 for a, b in pairs]
+    holm = stats.holm([c["p_value"] for c in comps])
+    for c, h in zip(comps, holm):
+      again = stats.compare(rows[c["a"]]["per_seed"][doc["test_metric"]],
+                            rows[c["b"]]["per_seed"][doc["test_metric"]])
+      assert c["diff"] == pytest.approx(again["diff"], abs=1e-12)
+      assert c["p_value"] == pytest.approx(again["p_value"], abs=1e-12)
+      assert c["p_holm"] == pytest.approx(h, abs=1e-12)
+      assert c["metric"] == doc["test_metric"]
+  assert [e["point"] for e in doc["trend"]] == [p[0] for p in d.points]
+  for e in doc["trend"]:
+    for family, pairs in st.FAMILIES:
+      for a, b in pairs:
+        c = next(c for c in doc["comparisons"][family]
+                 if c["a"] == f"{e['point']} {a}" and c["b"] == f"{e['point']} {b}")
+        got = e[f"{a}_vs_{b}"]
+        assert (got["diff"], got["p_holm"], got["family"]) == (c["diff"], c["p_holm"], family)
+
+
+def test_scale_trends_at_test_size(tmp_path):
+  """One copy-task point at test size: tuning rows, the choice, the test rows (pinned), the
+  comparisons and the figure."""
+  st = _script("scale_trends")
+  out, runs = str(tmp_path / "out"), str(tmp_path / "runs")
+  st.main(["--task=copy_task", "--size=test", f"--out={out}", f"--runs_dir={runs}",
+           "--points", "k=1"])
+  tune = json.load(open(os.path.join(out, "copy_task_tune.json")))
+  doc = json.load(open(os.path.join(out, "copy_task.json")))
+  assert len(tune["rows"]) == sum(len(c) for c in st.design("copy_task", "test")
+                                  .candidates.values())
+  _check_doc(st, doc, tune)
+  assert os.path.getsize(os.path.join(out, "copy_task.png")) > 0
+  pins.check("scale_trends", doc["rows"])
+  with pytest.raises(SystemExit, match="unknown points"):
+    st.run_task("copy_task", "test", out, runs, points=["k=9"])
+
+
+@pytest.mark.parametrize("task", ["copy_task", "path_star"])
+def test_committed_scale_trends_recompute(task):
+  path = os.path.join(COMMITTED, f"{task}.json")
+  if not os.path.exists(path):
+    pytest.skip(f"results/scale_trends/{task}.json not committed yet")
+  st = _script("scale_trends")
+  doc = json.load(open(path))
+  tune = json.load(open(os.path.join(COMMITTED, f"{task}_tune.json")))
+  assert doc["size"] == "cpu" and doc["command"].startswith("python experiments/scale_trends.py")
+  _check_doc(st, doc, tune)
+
+
+def test_label_copy_points_fine_tune_from_the_checkpoint_their_pretraining_writes(monkeypatch):
+  """Each label-copy point pretrains the small GPT-2 for its number of steps (prepare) and
+  its runs fine-tune from exactly the folder that pretraining exports."""
+  st = _script("scale_trends")
+  calls = []
+  monkeypatch.setattr(st.runner, "pretrain_and_export",
+                      lambda cfg, workdir, export: calls.append(
+                          (cfg.train.num_steps, workdir, export)))
+  d = st.design("label_copy", "cpu", runs_dir="R")
+  assert [p[0] for p in d.points] == ["pretrain=200", "pretrain=800", "pretrain=3200"]
+  for name, x, over in d.points:
+    d.prepare(name)
+    steps, workdir, export = calls[-1]
+    assert steps == int(name.split("=")[1])
+    assert over["model.pretrained"] == export and export.startswith("R")
+    assert x == steps * 16 * 64  # tokens seen: steps x rows x tokens per row (text_lm:cpu)
+  assert len({c[1] for c in calls}) == 3  # one pretraining folder per point

@@ -2,6 +2,8 @@ r"""Seed 000 scale trends (issue 24 item 2): where does the paper's effect appea
 
   python experiments/scale_trends.py --task=copy_task             # tune, then test (resumable)
   python experiments/scale_trends.py --task=path_star
+  python experiments/scale_trends.py --task=label_copy            # pretrains 3 small GPT-2s
+  python experiments/scale_trends.py --task=path_star --stage=report  # JSON of what finished
   python experiments/scale_trends.py --task=copy_task --stage=plot  # figure from the JSON
   python experiments/scale_trends.py --task=copy_task --size=test --out=/tmp/st  # seconds
 
@@ -21,6 +23,11 @@ point, with the same number of candidates for CE + warmup and E1 + warmup:
   `valid_em_all` over seed 0 (tuning runs evaluate only the first 2000 reference test graphs,
   which the choice never reads); tested on seeds 1-5 (1-3 at 4 x 256) with `test_em_all` on
   the 20,000 reference test graphs.
+* label_copy: pretraining of the small GPT-2 (`configs/text_lm.py:cpu`, 16 rows x 64 tokens
+  per step) for 200, 800 (the label-copy experiment's) and 3200 steps, each exported and
+  fine-tuned on KJV label copy (`configs/label_copy.py:cpu`, 400 steps). Candidates: CE at lr
+  in {3e-4, 1e-3}; CE + warmup and E1 + warmup at lr x warmup in {100, 200} steps. Chosen on
+  `valid_em_hard` over seeds 0, 1; tested on seeds 2-6 with `test_em_hard`. Not run yet.
 
 Stages: `tune` trains every candidate on the tuning seeds (`<out>/<task>_tune.json`, one
 `el_jax.grid.Grid`); `all` (the default) also chooses per point and method on validation (`selection` in the

@@ -8,6 +8,8 @@ experiments/adversarial_pretraining.py (Tables 1 and 2):
   and standard deviation over `flat_reps` repetitions, each on its own inputs and draws)
   and by Hutchinson probes of the exact Hessian (`el_jax.flatness`);
 * linear-probe accuracy on the downstream tasks (`el_jax.probe.linear_probe`);
+* fine-tuning accuracy on the same tasks (`el_jax.probe.fine_tune`: the paper's protocol, the
+  whole encoder and a head on the first position, AdamW 1e-4 with 200 warmup steps);
 * the pre-training losses of a checkpoint's step, from the run's eval rows (`eval_row`).
 """
 import dataclasses
@@ -43,6 +45,8 @@ class Settings:
   fisher_samples: int = 50  # sampled labels per input (appendix B.1)
   hutchinson_probes: int = 10  # Hutchinson probes per batch
   chunk: int = 4  # examples vmapped at once (memory)
+  fine_tune_seeds: str = ""  # fine-tuning seeds, comma-separated ("" = no fine-tuning)
+  fine_tune_epochs: int = 10  # fine-tuning epochs (the epoch is chosen on valid)
 
   @classmethod
   def from_args(cls, args):
@@ -109,6 +113,21 @@ class Measurer:
       r = probe.linear_probe(feats["train"], ds.train.labels, feats["valid"], ds.valid.labels,
                              feats["test"], ds.test.labels, ds.num_classes,
                              epochs=self.settings.probe_epochs)
+      out[name] = {k: r[k] for k in ("test_acc", "valid_acc", "epoch", "test_acc_mean",
+                                     "test_acc_std", "valid_acc_mean")}
+    return out
+
+
+  def fine_tunes(self, graphdef, params):
+    """Fine-tuning results per downstream task (`Settings.fine_tune_seeds`, the paper's
+    protocol: CLS head, AdamW lr 1e-4, 200 warmup steps then linear decay, batch 32; the
+    epoch chosen on valid); {} when no fine-tuning seeds are set."""
+    seeds = [int(x) for x in self.settings.fine_tune_seeds.split(",") if x.strip()]
+    out = {}
+    for name, ds in self.tasks.items() if seeds else ():
+      r = probe.fine_tune(graphdef, params, ds.train, ds.valid, ds.test, ds.num_classes,
+                          seeds=seeds, epochs=self.settings.fine_tune_epochs, head="cls",
+                          lr=1e-4, warmup_steps=200)
       out[name] = {k: r[k] for k in ("test_acc", "valid_acc", "epoch", "test_acc_mean",
                                      "test_acc_std", "valid_acc_mean")}
     return out

@@ -104,6 +104,8 @@ PAPER = {
                           "conditionals, PCFG"),
     "s002.entropy.hmm": ("3.758", "seed 002, Sec. 3.3, text on Fig. 2: entropy of the true "
                          "conditionals, HMM"),
+    "s002.entropy.lm": ("1.865", "seed 002, Sec. 3.3, text on Fig. 2: entropy of the true "
+                        "conditionals, the OPT-125M-generated language"),
     "s002.fig3.pcfg_gain": ("+1.6", "seed 002, Sec. 5, Fig. 3: probe gain in points on the PCFG "
                             "while Tr(H) falls after convergence; 235M BERT, SGD lr 1e-3, "
                             "batch 4096"),
@@ -836,6 +838,33 @@ def _scale_trend_fit(R, task, metric):
   return md(["point"] + [f"{n}: mean `{metric}`" for _, n in ST_METHODS], out)
 
 
+# --- seed 002: convergence to the exact optimum (experiments/mlm_convergence.py) ---------
+
+
+@table("mlm_convergence")
+def _mlm_convergence(R, language):
+  """Per run: size, sentences seen, the valid / train / test gap to the exact optimum and KL."""
+  rel = f"mlm_convergence/{language}.json"
+  if not R.exists(rel):
+    return _not_yet_run(f"{RESULTS}/{rel}",
+                        f"python experiments/mlm_convergence.py --language={language}")
+  doc = R.load(rel)
+  out = []
+  for row in doc["rows"]:
+    h, cfg = row["headline"], row["config"]
+    agg = row["aggregate"]
+    gap = (mr(agg["valid_gap"]) if len(row["seeds"]) > 1 else f(h["valid_gap"]))
+    out.append([row["label"], f"{h['num_params']:,}", seeds(row["seeds"]),
+                f"{cfg['train']['num_steps']:,} x {cfg['train']['batch_size']} "
+                f"({h['epochs']:.2g} epochs of {cfg['data']['num_train']:,})",
+                gap, f(h["valid_kl"]), f(h["train_gap"]), f(h["test_gap"]),
+                f(h["optimal_loss"]), f(row["unigram"]["valid_gap"]),
+                "yes" if h["converged"] else "no"])
+  return md(["run", "parameters", "seeds", "steps x batch (sentences)", "valid gap",
+             "valid KL", "train gap", "test gap", "optimum (test)", "unigram valid gap",
+             f"within {doc['converged_within']:g}"], out)
+
+
 # --- seed 000: label copy ----------------------------------------------------------
 
 LC = "label_copy/table.json"
@@ -1036,6 +1065,14 @@ def _mlm_training_change(R, language):
           [f"task {task} probe (points)", f"{100 * pr['mean_b']:.2f} -> {100 * pr['mean_a']:.2f}",
            f"{100 * pr['diff']:+.2f}", f"[{100 * pr['ci95'][0]:+.2f}, {100 * pr['ci95'][1]:+.2f}]",
            pval(pr["p_value"]), _holm(pr), f"{pr['n_a']} vs {pr['n_b']} {seeds}"]]
+  for task, ft in c.get("fine_tune", {}).items():  # the paper's fine-tuning, where measured
+    rows.append([f"task {task} fine-tuned (points)",
+                 f"{100 * ft['mean_b']:.2f} -> {100 * ft['mean_a']:.2f}",
+                 f"{100 * ft['diff']:+.2f}",
+                 f"[{100 * ft['ci95'][0]:+.2f}, {100 * ft['ci95'][1]:+.2f}]",
+                 pval(ft["p_value"]), _holm(ft),
+                 f"{ft['n_a']} vs {ft['n_b']} "
+                 f"{'model seeds' if c.get('over') == 'model seeds' else 'fine-tuning seeds'}"])
   return md([f"last vs first checkpoint (SGD steps {c['x'][0]} -> {c['x'][1]})", "change",
              "difference", "bootstrap 95%", "permutation p", "Holm p (over the table)", "over"],
             rows)

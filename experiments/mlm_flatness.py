@@ -21,7 +21,11 @@ measured on its saved checkpoints:
 * linear-probe accuracy (`el_jax.probe.linear_probe`: the paper's protocol,
   AdamW lr 1e-3, the epoch chosen on the valid split, test accuracy reported,
   mean and std over 5 probe seeds) on PCFG task C or HMM task-10 (and the
-  other tasks with --tasks).
+  other tasks with --tasks);
+* with --fine_tune_seeds (e.g. 0,1; training figure only), fine-tuning accuracy at the first
+  and the last measured checkpoint (`el_jax.probe.fine_tune`, the paper's protocol: the whole
+  encoder and a head on the first position, AdamW lr 1e-4, 200 warmup steps, batch 32,
+  --fine_tune_epochs epochs, the epoch chosen on valid), compared like the probe.
 
 Figure 1 / 3 (`training`): the `cpu` AdamW run of the language is pre-trained
 to convergence, then continued from its parameters with SGD (warmup, then a
@@ -157,16 +161,19 @@ def figure_training(language, args, path):
     steps = [s for s in checkpoint.checkpoint_steps(sgd_dir, seed) if s % every == 0]
     # The converged AdamW model is the start of the SGD phase (step 0).
     entries = [(base_dir, base_steps, 0)] + [(sgd_dir, s, s) for s in steps]
-    for d, ck, sgd_step in entries:
+    for i, (d, ck, sgd_step) in enumerate(entries):
       params = m.params(d, ck, seed)
       row = {"sgd_step": sgd_step, "seed": seed, **mlm_measure.eval_row(d, seed, ck),
              **m.flatness(params, ck), "probe": m.probes(m.trainer.graphdef, params)}
+      if i in (0, len(entries) - 1) and args.fine_tune_seeds:  # fine-tuning: first and last
+        row["fine_tune"] = m.fine_tunes(m.trainer.graphdef, params)
       points.append(row)
       print(f"{language} seed {seed} SGD step {sgd_step}: valid loss "
             f"{row['valid_mlm_loss']:.4f} Tr(H) B.1 {row['trace_b1']:.3f} +- "
             f"{row['trace_b1_std']:.3f} Hutchinson {row['trace_hutchinson']:.3f}; probe "
-            + ", ".join(f"{k} {v['test_acc_mean']:.4f}" for k, v in row["probe"].items()),
-            flush=True)
+            + ", ".join(f"{k} {v['test_acc_mean']:.4f}" for k, v in row["probe"].items())
+            + "".join(f"; fine-tuned {k} {v['test_acc_mean']:.4f}"
+                      for k, v in row.get("fine_tune", {}).items()), flush=True)
   comparison = (_trend(points, "sgd_step") if len(seeds) == 1
                 else _trend_over_seeds(points, "sgd_step", seeds))
   return g, {"figure": "training", "language": language, "size": args.size,
@@ -177,8 +184,9 @@ def figure_training(language, args, path):
 
 
 def _with_holm(out):
-  """`out` (a `_trend`) with `p_holm` on its Tr(H) and probe comparisons: one family."""
-  family = [out["trace_b1_change"], *out["probe"].values()]
+  """`out` (a `_trend`) with `p_holm` on its Tr(H), probe and fine-tuning comparisons: one
+  family."""
+  family = [out["trace_b1_change"], *out["probe"].values(), *out.get("fine_tune", {}).values()]
   for c, q in zip(family, stats.holm([c["p_value"] for c in family])):
     c["p_holm"] = q
   return out
@@ -200,6 +208,12 @@ def _trend(points, x):
                                   b["probe"][task]["test_acc_mean"]],
                           **stats.compare(b["probe"][task]["test_acc"],
                                           a["probe"][task]["test_acc"])}
+  if "fine_tune" in a and "fine_tune" in b:
+    out["fine_tune"] = {task: {"acc": [a["fine_tune"][task]["test_acc_mean"],
+                                       b["fine_tune"][task]["test_acc_mean"]],
+                               **stats.compare(b["fine_tune"][task]["test_acc"],
+                                               a["fine_tune"][task]["test_acc"])}
+                        for task in a["fine_tune"]}
   return _with_holm(out)
 
 
@@ -230,6 +244,13 @@ def _trend_over_seeds(points, x, seeds):
     acc_b = [p["probe"][task]["test_acc_mean"] for p in b]
     out["probe"][task] = {"acc": [float(np.mean(acc_a)), float(np.mean(acc_b))],
                           **stats.compare(acc_b, acc_a)}
+  if all("fine_tune" in p for p in a + b):  # one value per model: its mean over the ft seeds
+    out["fine_tune"] = {}
+    for task in a[0]["fine_tune"]:
+      ft_a = [p["fine_tune"][task]["test_acc_mean"] for p in a]
+      ft_b = [p["fine_tune"][task]["test_acc_mean"] for p in b]
+      out["fine_tune"][task] = {"acc": [float(np.mean(ft_a)), float(np.mean(ft_b))],
+                                **stats.compare(ft_b, ft_a)}
   return _with_holm(out)
 
 
@@ -384,6 +405,10 @@ def main(argv=None):
   ap.add_argument("--probe_test", type=int, default=2000)
   ap.add_argument("--probe_epochs", type=int, default=100)
   ap.add_argument("--probe_data_seed", type=int, default=0)
+  ap.add_argument("--fine_tune_seeds", default="",
+                  help="training figure: also fine-tune (the paper's protocol) at the first "
+                       "and last measured checkpoint with these seeds, e.g. 0,1 (\"\" = no)")
+  ap.add_argument("--fine_tune_epochs", type=int, default=10)
   args = ap.parse_args(argv)
   args.tasks = args.tasks or ("C" if args.language == "pcfg" else "10")
   try:
@@ -392,6 +417,15 @@ def main(argv=None):
     raise ValueError(f"--seeds={args.seeds!r} must be comma-separated integers") from None
   if len(set(args.seeds)) != len(args.seeds) or min(args.seeds) < 0:
     raise ValueError(f"--seeds={args.seeds} must be distinct integers >= 0")
+  try:
+    ft = [int(x) for x in args.fine_tune_seeds.split(",") if x.strip()]
+  except ValueError:
+    raise ValueError(f"--fine_tune_seeds={args.fine_tune_seeds!r} must be comma-separated "
+                     f"integers (or empty: no fine-tuning)") from None
+  if ft and args.figure != "training":
+    raise ValueError("--fine_tune_seeds is for --figure=training (first and last checkpoint)")
+  if args.fine_tune_epochs < 1:
+    raise ValueError(f"--fine_tune_epochs={args.fine_tune_epochs} must be >= 1")
   if args.figure != "training" and args.seeds != [0]:
     raise ValueError("--seeds is for --figure=training; Figures 2 / 5 train seed 0")
   stem = os.path.join(args.out, f"{args.figure}_{args.language}")

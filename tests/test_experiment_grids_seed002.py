@@ -10,6 +10,7 @@ import json
 import math
 import os
 
+import numpy as np
 import pytest
 
 from el_jax import config as config_lib
@@ -161,7 +162,7 @@ def _holm_family(comps):
 
 
 def _mlm_family(c):
-  return [c["trace_b1_change"], *c["probe"].values()]
+  return [c["trace_b1_change"], *c["probe"].values(), *c.get("fine_tune", {}).values()]
 
 
 def test_mlm_flatness_training_grid_at_test_size(tmp_path):
@@ -169,7 +170,8 @@ def test_mlm_flatness_training_grid_at_test_size(tmp_path):
   grid; the points and the comparison as before (over the repetitions and probe seeds of the
   one model, Holm over both); the SGD row against a direct run."""
   ms = _script("mlm_flatness")
-  out = ms.main(MLM_ARGV + ["--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "out")])
+  out = ms.main(MLM_ARGV + ["--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "out"),
+                            "--fine_tune_seeds=0,1", "--fine_tune_epochs=1"])
   with open(tmp_path / "out" / "training_pcfg.json") as f:
     doc = json.load(f)
   assert doc == json.loads(json.dumps(out, default=float))
@@ -189,6 +191,14 @@ def test_mlm_flatness_training_grid_at_test_size(tmp_path):
   first, last = doc["points"]
   assert {k: c["trace_b1_change"][k] for k in c["trace_b1_change"] if k != "p_holm"} == \
       stats.compare(last["trace_b1_reps"], first["trace_b1_reps"])
+  # Fine-tuning (the paper's protocol) at the first and last checkpoint, over its seeds.
+  for p in (first, last):
+    ft = p["fine_tune"]["A"]
+    assert len(ft["test_acc"]) == 2 and ft["epoch"] == [1, 1]
+    assert ft["test_acc_mean"] == pytest.approx(np.mean(ft["test_acc"]))
+  assert {k: c["fine_tune"]["A"][k] for k in c["fine_tune"]["A"] if k not in ("p_holm", "acc")} \
+      == stats.compare(last["fine_tune"]["A"]["test_acc"], first["fine_tune"]["A"]["test_acc"])
+  assert len(_mlm_family(c)) == 3
   _holm_family(_mlm_family(c))
   assert os.path.exists(tmp_path / "out" / "training_pcfg.png")
   pins.check("mlm_flatness/training", doc["rows"])
@@ -278,6 +288,30 @@ def test_mlm_flatness_compares_over_model_seeds_with_several():
     ms.main(["--figure=size", "--seeds=0,1"])
   with pytest.raises(ValueError, match="must be distinct integers"):
     ms.main(["--figure=training", "--seeds=1,1"])
+  with pytest.raises(ValueError, match="--fine_tune_seeds='a' must be comma-separated"):
+    ms.main(["--figure=training", "--fine_tune_seeds=a"])
+  with pytest.raises(ValueError, match="--fine_tune_seeds is for --figure=training"):
+    ms.main(["--figure=size", "--fine_tune_seeds=0"])
+
+
+def test_mlm_flatness_compares_fine_tuning_over_model_seeds():
+  """With fine-tuning at both ends, one value per model (its mean over fine-tuning seeds),
+  compared over the model seeds and in the same Holm family as Tr(H) and the probe."""
+  ms = _script("mlm_flatness")
+  ft = {(0, 0): 0.5, (1, 0): 0.55, (2, 0): 0.6, (0, 8): 0.7, (1, 8): 0.65, (2, 8): 0.75}
+  points = []
+  for s in range(3):
+    for t in (0, 8):
+      p = _point(s, t, 10.0 - t / 4 + s, 0.3 + t / 100)
+      p["fine_tune"] = {"C": {"test_acc_mean": ft[s, t]}}
+      points.append(p)
+  c = ms._trend_over_seeds(points, "sgd_step", (0, 1, 2))
+  want = stats.compare([0.7, 0.65, 0.75], [0.5, 0.55, 0.6])
+  assert {k: c["fine_tune"]["C"][k] for k in want} == want
+  assert c["fine_tune"]["C"]["acc"] == pytest.approx([0.55, 0.7])
+  fam = _mlm_family(c)
+  assert len(fam) == 3
+  _holm_family(fam)
 
 
 def test_committed_seed002_comparisons_carry_holm_over_each_table():

@@ -240,3 +240,23 @@ def test_a_list_is_formatted_element_by_element():
   assert report.format_value([0.5, 1e-5], "p", "x") == "0.5 / 1e-05"
   assert report.format_value([2, 3, 4], "seeds", "x") == "2-4"  # seeds take the whole list
   assert report.format_value([-0.01, 0.02], "ci3", "x") == "[-0.010, +0.020]"
+
+
+def test_the_training_change_table_shows_fine_tuning_where_measured(tmp_path):
+  """A Figure 1 / 3 comparison with fine-tuning at both ends gets a fine-tuned row (points,
+  over model seeds), and a comparison without it keeps its two rows."""
+  def cmp(diff, a, b, p):
+    return {"diff": diff, "mean_a": a, "mean_b": b, "ci95": [diff - 0.01, diff + 0.01],
+            "p_value": p, "p_holm": min(1.0, 3 * p), "n_a": 3, "n_b": 3}
+  comparison = {"x": [0, 8], "over": "model seeds", "trace_b1_change": cmp(-2.0, 8.0, 10.0, 0.1),
+                "probe": {"10": cmp(0.01, 0.31, 0.30, 0.2)}}
+  (tmp_path / report.RESULTS / "mlm_flatness").mkdir(parents=True)
+  path = tmp_path / report.RESULTS / "mlm_flatness" / "training_hmm.json"
+  path.write_text(json.dumps({"comparison": comparison}))
+  table = report.TABLES["mlm_training_change"](report.Results(str(tmp_path)), "hmm")
+  assert "fine-tuned" not in table and table.count("\n") == 3
+  comparison["fine_tune"] = {"10": cmp(0.05, 0.62, 0.57, 0.1)}
+  path.write_text(json.dumps({"comparison": comparison}))
+  table = report.TABLES["mlm_training_change"](report.Results(str(tmp_path)), "hmm")
+  assert ("| task 10 fine-tuned (points) | 57.00 -> 62.00 | +5.00 | [+4.00, +6.00] | 0.1 | 0.3 "
+          "| 3 vs 3 model seeds |") in table

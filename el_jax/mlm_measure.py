@@ -117,7 +117,6 @@ class Measurer:
                                      "test_acc_std", "valid_acc_mean")}
     return out
 
-
   def fine_tunes(self, graphdef, params):
     """Fine-tuning results per downstream task (`Settings.fine_tune_seeds`, the paper's
     protocol: CLS head, AdamW lr 1e-4, 200 warmup steps then linear decay, batch 32; the

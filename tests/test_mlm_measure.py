@@ -15,10 +15,11 @@ SMALL = dict(tasks="C", probe_train=16, probe_valid=8, probe_test=8, probe_epoch
 
 def test_settings_from_args_takes_its_fields_and_needs_them_all():
   args = argparse.Namespace(**SMALL, probe_data_seed=3, flat_inputs=4, flat_reps=2,
-                            fisher_samples=5, hutchinson_probes=6, chunk=1, figure="size")
+                            fisher_samples=5, hutchinson_probes=6, chunk=1, figure="size",
+                            fine_tune_seeds="0,1", fine_tune_epochs=2)
   s = mlm_measure.Settings.from_args(args)
-  assert (s.tasks, s.probe_data_seed, s.flat_inputs, s.fisher_samples, s.chunk) == \
-      ("C", 3, 4, 5, 1)
+  assert (s.tasks, s.probe_data_seed, s.flat_inputs, s.fisher_samples, s.chunk,
+          s.fine_tune_seeds, s.fine_tune_epochs) == ("C", 3, 4, 5, 1, "0,1", 2)
   with pytest.raises(AttributeError, match="probe_data_seed"):
     mlm_measure.Settings.from_args(argparse.Namespace(**SMALL))
 

@@ -79,12 +79,11 @@ def design(language, size):
           ("192x5 6000 steps", {**data, "train.num_steps": 6000, "model.embed_dim": 192,
                                 "model.num_heads": 3, "model.num_layers": 5,
                                 "model.mlp_dim": 768}, (0,))]
-    data = {"data.num_train": 2048, "train.eval_every": 20, "train.checkpoint_every": 20}
+    data = {"data.num_train": 2048, "train.eval_every": 8, "train.checkpoint_every": 8}
     return "pcfg_mlm", "test", [
-        ("32x2 15 steps", {**data, "train.num_steps": 15, "train.eval_every": 5,
-                           "train.checkpoint_every": 5}, (0,)),
-        ("32x2 60 steps", {**data, "train.num_steps": 60}, (0,)),
-        ("48x2 40 steps", {**data, "train.num_steps": 40, "model.embed_dim": 48,
+        ("32x2 8 steps", {**data, "train.num_steps": 8}, (0,)),
+        ("32x2 32 steps", {**data, "train.num_steps": 32}, (0,)),
+        ("48x2 16 steps", {**data, "train.num_steps": 16, "model.embed_dim": 48,
                            "model.mlp_dim": 96}, (0,))]
   if language == "lm":
     if size == "cpu":

@@ -52,6 +52,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from el_jax import config as config_lib  # noqa: E402
 from el_jax import grid as grid_lib  # noqa: E402
+from el_jax import plots  # noqa: E402
 from el_jax import runner  # noqa: E402
 from el_jax import workdir as wd  # noqa: E402
 
@@ -95,13 +96,18 @@ def design(language, size):
 def curve(workdir, seeds):
   """{key: [[step, mean over seeds], ...]} of the eval rows of a run's metrics.jsonl (only the
   steps every seed evaluated)."""
-  rows = [r for r in runner.read_metrics(workdir) if r.get("kind") == "eval"]
-  by_step = {}
+  rows = [r for r in runner.read_metrics(workdir)
+          if r.get("kind") == "eval" and int(r["seed"]) in seeds]
+  seeds_at = {}
   for r in rows:
-    by_step.setdefault(int(r["step"]), {})[int(r["seed"])] = r
-  steps = sorted(s for s, d in by_step.items() if all(x in d for x in seeds))
-  return {k: [[s, sum(by_step[s][x][k] for x in seeds) / len(seeds)] for s in steps]
-          for k in CURVE_KEYS if rows and k in rows[0]}
+    seeds_at.setdefault(r["step"], set()).add(int(r["seed"]))
+  rows = [r for r in rows if seeds_at[r["step"]] >= set(seeds)]
+  out = {}
+  for k in CURVE_KEYS:
+    band = plots.seed_band(rows, k)  # (steps, mean, min, max) over the seeds
+    if band is not None:
+      out[k] = [[int(s), float(m)] for s, m in zip(band[0], band[1])]
+  return out
 
 
 def summarize_row(row):

@@ -112,7 +112,7 @@ def test_scale_trends_at_test_size(tmp_path):
     st.run_task("copy_task", "test", out, runs, points=["k=9"])
 
 
-@pytest.mark.parametrize("task", ["copy_task", "path_star"])
+@pytest.mark.parametrize("task", ["copy_task", "path_star", "label_copy"])
 def test_committed_scale_trends_recompute(task):
   path = os.path.join(COMMITTED, f"{task}.json")
   st = _script("scale_trends")

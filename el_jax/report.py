@@ -1033,28 +1033,41 @@ def _flatness_copy_summary(R):
 # --- seed 002: MLM flatness (Figures 1/3, 2, 5) -------------------------------------
 
 MLM = "mlm_flatness"
+# The optimizer that continues after the AdamW pre-training (experiments/mlm_flatness.py
+# --continue_with): its file's name, its point key prefix and its name in the tables.
+_CONT = {"sgd": ("training_{}.json", "sgd", "SGD"),
+         "adamw": ("training_adamw_{}.json", "adamw_cont", "AdamW")}
+
+
+def _mlm_cont(R, language, optimizer):
+  """(the training figure's JSON for `optimizer`, its key prefix, its display name)."""
+  if optimizer not in _CONT:
+    raise ValueError(f"unknown continuation {optimizer!r}; allowed: {sorted(_CONT)}")
+  path, key, shown = _CONT[optimizer]
+  return R.load(f"{MLM}/{path.format(language)}"), key, shown
 
 
 @table("mlm_training")
-def _mlm_training(R, language):
-  d = R.load(f"{MLM}/training_{language}.json")
+def _mlm_training(R, language, optimizer="sgd"):
+  d, key, shown = _mlm_cont(R, language, optimizer)
   out = []
   several = len({p.get("seed", 0) for p in d["points"]}) > 1  # --seeds: a row per model seed
   for p in d["points"]:
     (task, pr), = p["probe"].items()
-    step = f"{p['sgd_step']} (seed {p['seed']})" if several else str(p["sgd_step"])
+    x = p[f"{key}_step"]
+    step = f"{x} (seed {p['seed']})" if several else str(x)
     out.append([step, f(p["valid_mlm_loss"], 4), f(p["valid_gap"], 4),
                 f"{p['trace_b1']:.1f} ({p['trace_b1_std']:.1f})",
                 f"{p['trace_hutchinson']:.1f} ({p['trace_hutchinson_stderr']:.1f})",
                 f"{100 * pr['test_acc_mean']:.2f} ({100 * pr['test_acc_std']:.2f})"])
   (task, _), = d["points"][0]["probe"].items()
-  return md(["SGD step", "valid MLM loss", "gap to optimum", "Tr(H) B.1 (std, 5 reps)",
+  return md([f"{shown} step", "valid MLM loss", "gap to optimum", "Tr(H) B.1 (std, 5 reps)",
              "Tr(H) Hutchinson (stderr)", f"task {task} probe test acc % (std, 5 seeds)"], out)
 
 
 @table("mlm_training_change")
-def _mlm_training_change(R, language):
-  d = R.load(f"{MLM}/training_{language}.json")
+def _mlm_training_change(R, language, optimizer="sgd"):
+  d, _, shown = _mlm_cont(R, language, optimizer)
   c = d["comparison"]
   (task, pr), = c["probe"].items()
   t = c["trace_b1_change"]
@@ -1073,7 +1086,7 @@ def _mlm_training_change(R, language):
                  pval(ft["p_value"]), _holm(ft),
                  f"{ft['n_a']} vs {ft['n_b']} "
                  f"{'model seeds' if c.get('over') == 'model seeds' else 'fine-tuning seeds'}"])
-  return md([f"last vs first checkpoint (SGD steps {c['x'][0]} -> {c['x'][1]})", "change",
+  return md([f"last vs first checkpoint ({shown} steps {c['x'][0]} -> {c['x'][1]})", "change",
              "difference", "bootstrap 95%", "permutation p", "Holm p (over the table)", "over"],
             rows)
 
@@ -1091,11 +1104,11 @@ def _mlm_units(c):
 
 
 @table("mlm_pilot")
-def _mlm_pilot(R, language):
-  d = R.load(f"{MLM}/training_{language}.json")
-  rows = [[lr + (" (chosen)" if float(lr) == d["sgd_lr"] else ""), f(p["valid_mlm_loss"], 4),
+def _mlm_pilot(R, language, optimizer="sgd"):
+  d, key, shown = _mlm_cont(R, language, optimizer)
+  rows = [[lr + (" (chosen)" if float(lr) == d[f"{key}_lr"] else ""), f(p["valid_mlm_loss"], 4),
            sf(p["change"], 4)] for lr, p in d["pilot"].items()]
-  return md(["SGD lr", f"valid MLM loss after {d['args']['pilot_steps']} steps",
+  return md([f"{shown} lr", f"valid MLM loss after {d['args']['pilot_steps']} steps",
              f"change from the AdamW run's {f(d['pilot_start_valid_loss'], 4)}"], rows)
 
 

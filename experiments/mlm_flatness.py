@@ -2,6 +2,8 @@ r"""Seed 002, Figures 1 / 3, 2 and 5: flatness and transfer of MLM models at equ
 
   python experiments/mlm_flatness.py --figure=training --language=pcfg   # Fig. 1 / 3
   python experiments/mlm_flatness.py --figure=training --language=hmm
+  python experiments/mlm_flatness.py --figure=training --language=hmm --continue_with=adamw \
+      --continue_steps=9000 --every=2250 --seeds=0,1,2   # Fig. 1: AdamW continues
   python experiments/mlm_flatness.py --figure=size                       # Fig. 2
   python experiments/mlm_flatness.py --figure=embedded                   # Fig. 5
   ... --size=paper  (accelerator sizes; not run here)
@@ -40,6 +42,14 @@ probe task, Holm over them): with one model seed (the default, --seeds=0) over
 the Tr(H) repetitions and the probe seeds of that one model (they say a change
 is not measurement noise); with >= 2 (--seeds, one pre-trained model per seed,
 each continued with SGD) over the model seeds, one value per model.
+With --continue_with=adamw (Fig. 1: the paper's AdamW pre-training goes on after
+the loss converges) the continuation is AdamW instead (the pre-training's betas
+and weight decay, warmup then a constant rate, a fresh optimizer), its learning
+rate chosen by the same pilot among --continue_lrs (default 1e-4, 3e-4, 1e-3: the
+pre-training ends its cosine decay at 1e-4 from a peak of 1e-3); the same
+measurements, written to <out>/training_adamw_<language>.json. The flags
+--sgd_lrs / --sgd_warmup / --sgd_steps are the continuation's, whichever the
+optimizer (aliases --continue_lrs / --continue_warmup / --continue_steps).
 
 Figure 2 (`size`): the `--sizes` (d_model/heads/layers/MLP) trained with the
 same recipe; Figure 5 (`embedded`): the same models grown by
@@ -49,7 +59,7 @@ least common multiple of the widths), where Tr(H) is measured in one
 parameterisation (their outputs, hence loss and probe accuracy, are unchanged;
 checked).
 
-Writes <out>/<figure>_<language>.json (the measured `points`, the `comparison`
+Writes <out>/<figure>_<language>.json (training_adamw_<language>.json for Fig. 1; the measured `points`, the `comparison`
 and the grid's `rows` of the runs; paper numbers beside ours) and .png (the
 training figure by `el_jax.plots.metric_over_steps`).
 
@@ -81,6 +91,8 @@ PAPER = {
     "training": {"source": "seed 002 Sec. 5, Fig. 3 and App. B.2: after the loss converges, "
                            "SGD keeps lowering Tr(H) while the probe accuracy rises",
                  "pcfg_task_C_gain": 1.6, "hmm_task_10_gain": 4.0},
+    "training_adamw": {"source": "seed 002 Sec. 3, Fig. 1: along AdamW pre-training, after the "
+                                 "valid loss converges, downstream accuracy keeps increasing"},
     "size": {"source": "seed 002 Fig. 2: at (nearly) equal pre-training loss, larger models "
                        "probe better"},
     "embedded": {"source": "seed 002 Sec. 5, Fig. 5: models of growing size embedded in one "
@@ -108,80 +120,99 @@ def _mean_eval(workdir, seeds, step, key="valid_mlm_loss"):
 # Figure 1 / 3: keep training after convergence
 
 
-def sgd_overrides(args, base_dir, lr, steps, every):
-  """SGD (warmup, then a constant lr; fresh optimizer) from the parameters of `base_dir`."""
-  return {"optim.name": "sgd", "optim.lr": lr, "optim.warmup_steps": args.sgd_warmup,
-          "optim.decay": "constant", "optim.momentum": 0.0, "optim.weight_decay": 0.0,
-          "train.num_steps": steps, "train.checkpoint_every": every, "train.eval_every": every,
+# The continuation after the AdamW pre-training: SGD (Fig. 3) or AdamW again (Fig. 1). Its
+# run label, JSON keys and point key start with NAME[optimizer] ("sgd_step", "adamw_cont_step").
+NAME = {"sgd": "sgd", "adamw": "adamw_cont"}
+LRS = {"sgd": "0.01,0.03,0.1,0.3", "adamw": "0.0001,0.0003,0.001"}
+
+
+def continue_overrides(args, base_dir, lr, steps, every, optimizer="sgd"):
+  """`optimizer` (warmup, then a constant lr; a fresh optimizer) from the parameters of
+  `base_dir`: plain SGD, or AdamW with the pre-training's betas and weight decay."""
+  over = {"optim.name": optimizer, "optim.lr": lr, "optim.warmup_steps": args.sgd_warmup,
+          "optim.decay": "constant", "train.num_steps": steps,
+          "train.checkpoint_every": every, "train.eval_every": every,
           "train.keep_checkpoints": 0, "train.init_from": base_dir}
+  if optimizer == "sgd":
+    over.update({"optim.momentum": 0.0, "optim.weight_decay": 0.0})
+  elif optimizer != "adamw":
+    raise ValueError(f"unknown continuation optimizer {optimizer!r}; allowed: {sorted(NAME)}")
+  return over
 
 
 def pilot_lr(g, language, args, seeds, base_dir, base_steps):
-  """The largest SGD lr of --sgd_lrs whose valid loss after --pilot_steps (mean over the
-  model seeds) stays within --pilot_tol of the converged run's (chosen on valid, before the
-  long run). Each trial is a run of the grid `g`."""
+  """The largest lr of --sgd_lrs (of the continuation optimizer, --continue_with) whose valid
+  loss after --pilot_steps (mean over the model seeds) stays within --pilot_tol of the
+  converged run's (chosen on valid, before the long run). Each trial is a run of the grid
+  `g`."""
+  opt = args.continue_with
   start = _mean_eval(base_dir, seeds, base_steps)
   chosen, trials = None, {}
   for lr in sorted(float(x) for x in args.sgd_lrs.split(",")):
-    label = f"{language}_pilot_lr{lr:g}"
+    label = (f"{language}_pilot_lr{lr:g}" if opt == "sgd"
+             else f"{language}_{NAME[opt]}_pilot_lr{lr:g}")
     g.add(label, f"{language}_mlm", args.size,
-          sgd_overrides(args, base_dir, lr, args.pilot_steps, args.pilot_steps), seeds=seeds,
-          phase="pilot", sgd_lr=lr)
+          continue_overrides(args, base_dir, lr, args.pilot_steps, args.pilot_steps, opt),
+          seeds=seeds, phase="pilot", **{f"{NAME[opt]}_lr": lr})
     g.run([label])
     end = _mean_eval(g.rows[label]["workdir"], seeds, args.pilot_steps)
     trials[f"{lr:g}"] = {"valid_mlm_loss": end, "change": end - start}
     if end - start <= args.pilot_tol:
       chosen = lr
   if chosen is None:
-    raise ValueError(f"no SGD lr of {args.sgd_lrs} kept the valid loss within "
+    raise ValueError(f"no {opt} lr of {args.sgd_lrs} kept the valid loss within "
                      f"{args.pilot_tol} of {start:.4f}: {trials}")
   return chosen, start, trials
 
 
 def figure_training(language, args, path):
-  """The AdamW run, the pilot and the SGD run (one grid, model seeds --seeds), measured at
-  the AdamW run's end (SGD step 0) and at the SGD checkpoints."""
+  """The AdamW run, the pilot and the continuation run (SGD, or AdamW with
+  --continue_with=adamw; one grid, model seeds --seeds), measured at the AdamW run's end
+  (step 0 of the continuation) and at the continuation's checkpoints."""
   t0 = time.time()
-  seeds = tuple(args.seeds)
+  seeds, opt = tuple(args.seeds), args.continue_with
+  name = NAME[opt]
+  step_key = f"{name}_step"
   g = grid_lib.Grid(path, runs_dir=args.runs, reuse_rows=False)
   base = f"{language}_adamw"
   g.add(base, f"{language}_mlm", args.size, seeds=seeds, phase="adamw")
   (base_row,) = g.run([base])
   base_dir, base_steps = base_row["workdir"], base_row["config"]["train"]["num_steps"]
   lr, start, trials = pilot_lr(g, language, args, seeds, base_dir, base_steps)
-  sgd = f"{language}_sgd"
-  g.add(sgd, f"{language}_mlm", args.size,
-        sgd_overrides(args, base_dir, lr, args.sgd_steps, args.every), seeds=seeds,
-        phase="sgd", sgd_lr=lr)
-  g.run([sgd])
-  sgd_dir = g.rows[sgd]["workdir"]
-  cfg = g.runs[sgd].config()
+  cont = f"{language}_{name}"
+  g.add(cont, f"{language}_mlm", args.size,
+        continue_overrides(args, base_dir, lr, args.sgd_steps, args.every, opt), seeds=seeds,
+        phase=name, **{f"{name}_lr": lr})
+  g.run([cont])
+  cont_dir = g.rows[cont]["workdir"]
+  cfg = g.runs[cont].config()
   m = _measurer(cfg, args, language)
   points = []
   every = args.measure_every or args.every
   for seed in seeds:
-    steps = [s for s in checkpoint.checkpoint_steps(sgd_dir, seed) if s % every == 0]
-    # The converged AdamW model is the start of the SGD phase (step 0).
-    entries = [(base_dir, base_steps, 0)] + [(sgd_dir, s, s) for s in steps]
-    for i, (d, ck, sgd_step) in enumerate(entries):
+    steps = [s for s in checkpoint.checkpoint_steps(cont_dir, seed) if s % every == 0]
+    # The converged AdamW model is the start of the continuation (step 0).
+    entries = [(base_dir, base_steps, 0)] + [(cont_dir, s, s) for s in steps]
+    for i, (d, ck, step) in enumerate(entries):
       params = m.params(d, ck, seed)
-      row = {"sgd_step": sgd_step, "seed": seed, **mlm_measure.eval_row(d, seed, ck),
+      row = {step_key: step, "seed": seed, **mlm_measure.eval_row(d, seed, ck),
              **m.flatness(params, ck), "probe": m.probes(m.trainer.graphdef, params)}
       if i in (0, len(entries) - 1) and args.fine_tune_seeds:  # fine-tuning: first and last
         row["fine_tune"] = m.fine_tunes(m.trainer.graphdef, params)
       points.append(row)
-      print(f"{language} seed {seed} SGD step {sgd_step}: valid loss "
+      print(f"{language} seed {seed} {opt} step {step}: valid loss "
             f"{row['valid_mlm_loss']:.4f} Tr(H) B.1 {row['trace_b1']:.3f} +- "
             f"{row['trace_b1_std']:.3f} Hutchinson {row['trace_hutchinson']:.3f}; probe "
             + ", ".join(f"{k} {v['test_acc_mean']:.4f}" for k, v in row["probe"].items())
             + "".join(f"; fine-tuned {k} {v['test_acc_mean']:.4f}"
                       for k, v in row.get("fine_tune", {}).items()), flush=True)
-  comparison = (_trend(points, "sgd_step") if len(seeds) == 1
-                else _trend_over_seeds(points, "sgd_step", seeds))
+  comparison = (_trend(points, step_key) if len(seeds) == 1
+                else _trend_over_seeds(points, step_key, seeds))
   return g, {"figure": "training", "language": language, "size": args.size,
-             "adamw_run": base_dir, "sgd_run": sgd_dir, "sgd_lr": lr, "pilot": trials,
-             "pilot_start_valid_loss": start, "points": points, "comparison": comparison,
-             "config": g.rows[sgd]["config"], "paper": PAPER["training"],
+             "continued_with": opt, "adamw_run": base_dir, f"{name}_run": cont_dir,
+             f"{name}_lr": lr, "pilot": trials, "pilot_start_valid_loss": start,
+             "points": points, "comparison": comparison, "config": g.rows[cont]["config"],
+             "paper": PAPER["training" if opt == "sgd" else "training_adamw"],
              "wall_s": round(time.time() - t0, 1)}
 
 
@@ -331,8 +362,11 @@ def plot(result, path):
   fig, ax = plt.subplots(1, 3, figsize=(13, 3.6))
   tasks = list(pts[0]["probe"])
   if result["figure"] == "training":
+    opt = result.get("continued_with", "sgd")
+    step_key = f"{NAME[opt]}_step"
+
     def rows(key, fn):
-      return [{"kind": "point", "seed": p["seed"], "step": p["sgd_step"], key: fn(p)}
+      return [{"kind": "point", "seed": p["seed"], "step": p[step_key], key: fn(p)}
               for p in pts]
     panels = (
         ({"valid MLM loss": rows("v", lambda p: p["valid_mlm_loss"])}, "valid MLM loss",
@@ -345,7 +379,7 @@ def plot(result, path):
     for a, (by_label, title, ylabel) in zip(ax, panels):
       plots.metric_over_steps(by_label, "v", None, kind="point", ylabel=ylabel, ax=a,
                               title=title)
-      a.set_xlabel("SGD step (after the AdamW pre-training)")
+      a.set_xlabel(f"{'SGD' if opt == 'sgd' else 'AdamW'} step (after the AdamW pre-training)")
   else:
     xs = list(range(len(pts)))
     ax[0].plot(xs, [p["valid_mlm_loss"] for p in pts], "o-")
@@ -385,12 +419,20 @@ def main(argv=None):
   ap.add_argument("--runs", default="runs/mlm_flatness", help="training workdirs (reused)")
   ap.add_argument("--out", default="results/mlm_flatness")
   ap.add_argument("--tasks", default=None, help="downstream tasks (default C for pcfg, 10 for hmm)")
-  ap.add_argument("--sgd_lrs", default="0.01,0.03,0.1,0.3")
+  ap.add_argument("--continue_with", choices=sorted(NAME), default="sgd",
+                  help="training figure: the optimizer that continues after the AdamW "
+                       "pre-training (sgd: Fig. 3; adamw: Fig. 1)")
+  ap.add_argument("--sgd_lrs", "--continue_lrs", dest="sgd_lrs", default=None,
+                  help=f"the pilot's candidate learning rates of the continuation (default: "
+                       f"{LRS})")
   ap.add_argument("--pilot_steps", type=int, default=400)
   ap.add_argument("--pilot_tol", type=float, default=0.01)
-  ap.add_argument("--sgd_warmup", type=int, default=100)
-  ap.add_argument("--sgd_steps", type=int, default=6000)
-  ap.add_argument("--every", type=int, default=1500, help="SGD steps between checkpoints")
+  ap.add_argument("--sgd_warmup", "--continue_warmup", dest="sgd_warmup", type=int,
+                  default=100, help="warmup steps of the continuation")
+  ap.add_argument("--sgd_steps", "--continue_steps", dest="sgd_steps", type=int, default=6000,
+                  help="steps of the continuation")
+  ap.add_argument("--every", type=int, default=1500,
+                  help="continuation steps between checkpoints")
   ap.add_argument("--measure_every", type=int, default=0,
                   help="measure the checkpoints at multiples of this (0 = every checkpoint)")
   ap.add_argument("--sizes", default=SIZES)
@@ -414,6 +456,9 @@ def main(argv=None):
   ap.add_argument("--fine_tune_epochs", type=int, default=10)
   args = ap.parse_args(argv)
   args.tasks = args.tasks or ("C" if args.language == "pcfg" else "10")
+  if args.continue_with != "sgd" and args.figure != "training":
+    raise ValueError("--continue_with is for --figure=training")
+  args.sgd_lrs = args.sgd_lrs or LRS[args.continue_with]
   try:
     args.seeds = [int(x) for x in args.seeds.split(",")]
   except ValueError:
@@ -431,7 +476,8 @@ def main(argv=None):
     raise ValueError(f"--fine_tune_epochs={args.fine_tune_epochs} must be >= 1")
   if args.figure != "training" and args.seeds != [0]:
     raise ValueError("--seeds is for --figure=training; Figures 2 / 5 train seed 0")
-  stem = os.path.join(args.out, f"{args.figure}_{args.language}")
+  stem = os.path.join(args.out, f"{args.figure}_{args.language}" if args.continue_with == "sgd"
+                      else f"{args.figure}_{args.continue_with}_{args.language}")
   if args.figure == "training":
     g, result = figure_training(args.language, args, stem + ".json")
   else:

@@ -6,6 +6,7 @@ measurements (Tr(H), probes, pilots, comparisons) are the numbers the scripts ga
 they moved onto the grid (recorded then with the suite's 8 CPU devices; relative 1e-6,
 discrete ones exactly). Comparisons with several p-values carry Holm's adjustment; with >= 2
 pre-training seeds mlm_flatness compares over model seeds (synthetic points)."""
+import argparse
 import json
 import math
 import os
@@ -292,6 +293,33 @@ def test_mlm_flatness_compares_over_model_seeds_with_several():
     ms.main(["--figure=training", "--fine_tune_seeds=a"])
   with pytest.raises(ValueError, match="--fine_tune_seeds is for --figure=training"):
     ms.main(["--figure=size", "--fine_tune_seeds=0"])
+
+
+def test_mlm_flatness_continues_with_sgd_or_adamw():
+  """Fig. 3 continues with plain SGD (no momentum, no weight decay), Fig. 1 with AdamW (the
+  pre-training's betas and weight decay kept): both from the converged run's parameters with
+  a fresh optimizer, warmup then a constant rate; unknown optimizers and --continue_with
+  outside the training figure are refused."""
+  ms = _script("mlm_flatness")
+  args = argparse.Namespace(sgd_warmup=7)
+  sgd = ms.continue_overrides(args, "base", 0.1, 40, 10, "sgd")
+  adamw = ms.continue_overrides(args, "base", 3e-4, 40, 10, "adamw")
+  common = {"optim.warmup_steps": 7, "optim.decay": "constant", "train.num_steps": 40,
+            "train.checkpoint_every": 10, "train.eval_every": 10, "train.keep_checkpoints": 0,
+            "train.init_from": "base"}
+  assert sgd == {**common, "optim.name": "sgd", "optim.lr": 0.1, "optim.momentum": 0.0,
+                 "optim.weight_decay": 0.0}
+  assert adamw == {**common, "optim.name": "adamw", "optim.lr": 3e-4}
+  cfg = grid_lib.make_config("hmm_mlm", "cpu", adamw, (0,))
+  base = grid_lib.make_config("hmm_mlm", "cpu", {}, (0,))
+  assert (cfg.optim.weight_decay, cfg.optim.b1, cfg.optim.b2) == \
+      (base.optim.weight_decay, base.optim.b1, base.optim.b2)
+  with pytest.raises(ValueError, match=r"unknown continuation optimizer 'adam'; allowed"):
+    ms.continue_overrides(args, "base", 0.1, 40, 10, "adam")
+  with pytest.raises(ValueError, match="--continue_with is for --figure=training"):
+    ms.main(["--figure=size", "--continue_with=adamw"])
+  with pytest.raises(SystemExit):
+    ms.main(["--figure=training", "--continue_with=adafactor"])
 
 
 def test_mlm_flatness_compares_fine_tuning_over_model_seeds():

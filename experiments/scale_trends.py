@@ -27,8 +27,9 @@ point, with the same number of candidates for CE + warmup and E1 + warmup:
   per step) for 200, 800 (the label-copy experiment's) and 3200 steps, each exported and
   fine-tuned on KJV label copy (`configs/label_copy.py:cpu`, 400 steps). Candidates: CE at lr
   in {3e-4, 1e-3}; CE + warmup and E1 + warmup at lr x warmup in {100, 200} steps. Chosen on
-  `valid_em_hard` over seeds 0, 1; tested on seeds 2-6 with `test_em_hard`. Partly run: the
-  200- and 800-step points (tuned and tested; `results/scale_trends/label_copy*.json`).
+  `valid_em_hard` over seeds 0, 1; tested on seeds 2-6 with `test_em_hard`. The 3200-step
+  point: pretraining 35 min, tuning runs about 100 s and the 5 test seeds of one method about
+  250 s each on the 2-core machine alone (about 1.7x that beside another job).
 
 Stages: `tune` trains every candidate on the tuning seeds (`<out>/<task>_tune.json`, one
 `el_jax.grid.Grid`); `all` (the default) also chooses per point and method on validation (`selection` in the

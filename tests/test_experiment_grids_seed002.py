@@ -346,8 +346,9 @@ def test_committed_seed002_comparisons_carry_holm_over_each_table():
   """results/mlm_flatness and results/adversarial_pretraining (converted): p_holm is
   stats.holm over each table's p-values; the mlm_flatness comparisons are over one model's
   repetitions and probe seeds where one pre-training seed ran, over the model seeds where
-  several did (training_hmm: seeds 0-2)."""
-  for name in ("training_pcfg", "training_hmm", "size_hmm", "embedded_hmm"):
+  several did (training_hmm and training_adamw_hmm: seeds 0-2)."""
+  for name in ("training_pcfg", "training_hmm", "training_adamw_hmm", "size_hmm",
+               "embedded_hmm"):
     with open(os.path.join(ROOT, "results", "mlm_flatness", f"{name}.json")) as f:
       doc = json.load(f)
     seeds = doc["args"]["seeds"] if name.startswith("training") else [0]

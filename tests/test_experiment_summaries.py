@@ -93,16 +93,17 @@ def test_comparisons_recorded_in_experiment_json_match_their_per_seed_values():
 
 def test_mlm_flatness_comparisons_and_readme_rows_match_their_points():
   """results/mlm_flatness: the first-vs-last comparisons recompute from the stored points,
-  and every row of the Figure 1 / 3 tables on the results page is the JSON rounded."""
+  and every row of the Figure 1 / 3 tables (SGD and AdamW continuations) on the results page is the JSON rounded."""
   from el_jax import runner
   readme = open(os.path.join(ROOT, "docs", "results", "seed002_flatness.md")).read()
-  for lang in ("pcfg", "hmm"):
-    with open(os.path.join(ROOT, "results", "mlm_flatness", f"training_{lang}.json")) as f:
+  for name in ("training_pcfg", "training_hmm", "training_adamw_hmm"):
+    with open(os.path.join(ROOT, "results", "mlm_flatness", f"{name}.json")) as f:
       r = json.load(f)
+    x = "adamw_cont_step" if r.get("continued_with") == "adamw" else "sgd_step"
     several = r["comparison"].get("over") == "model seeds"
     if several:  # one value per pre-trained model: its mean over repetitions / probe seeds
       seeds = r["comparison"]["seeds"]
-      at = lambda step: [next(p for p in r["points"] if p["seed"] == s and p["sgd_step"] == step)
+      at = lambda step: [next(p for p in r["points"] if p["seed"] == s and p[x] == step)
                          for s in seeds]  # noqa: E731
       first, last = at(r["comparison"]["x"][0]), at(r["comparison"]["x"][1])
       trace = lambda pts: [p["trace_b1"] for p in pts]  # noqa: E731
@@ -119,7 +120,7 @@ def test_mlm_flatness_comparisons_and_readme_rows_match_their_points():
       assert {k: c[k] for k in got} == got
     for p in r["points"]:
       pr = next(iter(p["probe"].values()))
-      step = f"{p['sgd_step']} (seed {p['seed']})" if several else p["sgd_step"]
+      step = f"{p[x]} (seed {p['seed']})" if several else p[x]
       row = (f"| {step} | {p['valid_mlm_loss']:.4f} | {p['valid_gap']:.4f} | "
              f"{p['trace_b1']:.1f} ({p['trace_b1_std']:.1f}) | {p['trace_hutchinson']:.1f} "
              f"({p['trace_hutchinson_stderr']:.1f}) | {100 * pr['test_acc_mean']:.2f} "

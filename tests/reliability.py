@@ -1,6 +1,5 @@
 """Helpers of the reliability suites (tests/test_reliability_*.py): run an entry point as a
 user would (a subprocess on the `test` configs) and check what it leaves behind."""
-import contextlib
 import hashlib
 import os
 import subprocess
@@ -81,27 +80,6 @@ def read_jsonl(path):
   import json
   with open(path) as f:
     return [json.loads(line) for line in f if line.strip()]
-
-
-@contextlib.contextmanager
-def compilation_cache(folder):
-  """JAX's persistent compilation cache in `folder` (every program cached) while the block
-  runs, then the previous settings back; nothing to do if the session already has a cache.
-  Test modules that compile identical programs several times use it in a module fixture."""
-  import jax
-  from jax.experimental.compilation_cache import compilation_cache as cc
-  if jax.config.jax_compilation_cache_dir:
-    yield
-    return
-  old_min_time = jax.config.jax_persistent_cache_min_compile_time_secs
-  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-  cc.set_cache_dir(str(folder))
-  try:
-    yield
-  finally:
-    cc.set_cache_dir(None)
-    cc.reset_cache()
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", old_min_time)
 
 
 def start_with(prelude, *args, module="el_jax.main", **env_extra):

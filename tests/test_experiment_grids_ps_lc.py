@@ -5,8 +5,6 @@ the same config, and its Holm p-values are `stats.holm` over each family; the co
 import json
 import os
 
-import pytest
-
 from el_jax import config as config_lib
 from el_jax import grid as grid_lib
 from el_jax import runner
@@ -16,14 +14,6 @@ import pins  # tests/pins.py
 import reliability  # tests/reliability.py
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _compilation_cache(tmp_path_factory):
-  """The direct runs compile the programs of a grid run again: JAX's persistent cache in a
-  temporary folder for this module only (`reliability.compilation_cache`)."""
-  with reliability.compilation_cache(tmp_path_factory.mktemp("jax_cache")):
-    yield
 
 
 _script = reliability.experiment_script

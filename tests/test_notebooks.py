@@ -99,17 +99,15 @@ def test_notebook_in_sync_with_py_and_stripped(path):
       assert not cell.outputs and cell.execution_count is None, f"{path} has outputs; {fix}"
 
 
-def _execute(name, monkeypatch, env, compile_cache=None):
+def _execute(name, monkeypatch, env):
   """Runs colab/<name>.ipynb on its `test` variant with `env` set; returns (notebook, the
-  code cells' outputs, their stream text). `compile_cache`: a JAX persistent compilation cache
-  folder, for notebooks whose runs share programs (CE and E1: init and decoding)."""
+  code cells' outputs, their stream text). The kernel inherits the suite's compile settings
+  (tests/conftest.py), so runs that share programs (CE and E1: init, decoding) compile them
+  once."""
   monkeypatch.setenv("EL_JAX_NOTEBOOK_VARIANT", "test")
   monkeypatch.setenv("JAX_PLATFORMS", "cpu")
   for k, v in env.items():
     monkeypatch.setenv(k, str(v))
-  if compile_cache is not None:
-    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(compile_cache))
-    monkeypatch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
   nb = nbformat.read(os.path.join(ROOT, "colab", f"{name}.ipynb"), as_version=4)
   NotebookClient(nb, timeout=300, kernel_name="python3",
                  resources={"metadata": {"path": ROOT}}).execute()
@@ -119,8 +117,7 @@ def _execute(name, monkeypatch, env, compile_cache=None):
 
 
 def test_copy_task_notebook_runs(tmp_path, monkeypatch):
-  nb, outputs, text = _execute("copy_task", monkeypatch, {"EL_JAX_NOTEBOOK_WORKDIR": tmp_path},
-                               compile_cache=tmp_path / "jax_cache")
+  nb, outputs, text = _execute("copy_task", monkeypatch, {"EL_JAX_NOTEBOOK_WORKDIR": tmp_path})
   assert "CpuDevice" in text and "variant 'test'" in text
   table_rows = [l.split()[:3] for l in text.splitlines()]
   for run in ("ce", "ce_warmup", "e1_warmup"):
@@ -146,8 +143,7 @@ def test_mlm_flatness_notebook_runs(tmp_path, monkeypatch):
 def test_path_star_notebook_runs(tmp_path, monkeypatch):
   nb, outputs, text = _execute(  # EL_JAX_CACHE: the unpacked reference test set
       "path_star", monkeypatch, {"EL_JAX_NOTEBOOK_WORKDIR": tmp_path / "run",
-                                 "EL_JAX_CACHE": tmp_path / "cache"},
-      compile_cache=tmp_path / "jax_cache")
+                                 "EL_JAX_CACHE": tmp_path / "cache"})
   assert "CpuDevice" in text and "variant 'test': G(2,3) over 50 nodes" in text, text
   num = r"\d\.\d{3} \(\d\.\d{3}, \d\.\d{3}\)"
   for run in ("CE", "E1 + warmup"):

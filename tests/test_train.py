@@ -79,20 +79,6 @@ def _build_once(tmp_path_factory, name, build):
   return folder
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _compilation_cache(tmp_path_factory):
-  """Compiles identical programs once: the runs below train the same config several times.
-
-  Uses JAX's persistent cache in a temporary folder for this module only and
-  restores the previous settings afterwards (nothing to do if the whole
-  session already has a cache).
-  """
-  cache = _shared_root(tmp_path_factory) / "jax_cache"
-  cache.mkdir(exist_ok=True)
-  with reliability.compilation_cache(cache):
-    yield
-
-
 def _to_host(tree):
   return jax.tree.map(np.asarray, jax.device_get(tree))
 

@@ -24,8 +24,6 @@ from el_jax import seeds as seeds_lib
 from el_jax.tasks import copy_task as copy_tasks
 from el_jax import train
 
-import reliability  # tests/reliability.py
-
 K = 4  # stop_at_step of the resumed run: half of the `test` variant's 8 steps
 SEEDS = (0, 1)
 
@@ -37,13 +35,6 @@ def _config(**overrides):
   config.train.eval_every = 0  # evaluate at the end only (fast)
   config.model.num_layers = 1  # half the `test` model: compiles faster
   return config
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _compilation_cache(tmp_path_factory):
-  """Programs compiled twice (evaluation, init) are compiled once (as in test_train)."""
-  with reliability.compilation_cache(tmp_path_factory.mktemp("jax_cache_vmap_seeds")):
-    yield
 
 
 def _host(tree):

@@ -37,8 +37,8 @@ FC_ARGV = ["--size=test", "--seeds", "0", "1", "--steps=8", "--every=8", "--prob
 
 # The pre-grid scripts' numbers with these arguments ({path in the JSON: value}), under the
 # suite's compile settings (tests/conftest.py). When the suite's own process moved to LLVM
-# optimisation level 0 (issue 24, for suite time), three kinds of value were re-measured and
-# nothing else moved: the two Hutchinson traces of the AdamW models (last digits of a sum of
+# optimisation level 0 (issue 24, for suite time), two things were re-measured and nothing
+# else moved: the two Hutchinson traces of the AdamW models (last digits of a sum of
 # +-v'Hv terms), and the whole adversarial model, whose min-max training at this size turns
 # rounding differences into another trajectory (its valid loss 5.031 -> 5.035).
 MLM_PINS = {

@@ -1,10 +1,10 @@
 """Multi-process training (el_jax.distributed, el_jax.launch): the copy-task `test` config
 trained by 2 processes (1 CPU device each, gloo collectives) gives what 1 process gives.
 
-The two runs are subprocesses started together (module fixture). Both use
-XLA_FLAGS=--xla_backend_optimization_level=0, which halves the compile time of the train
-step on CPU (the cost of these tests); both runs compile with it, so it does not weaken the
-comparison.
+The two runs are subprocesses started together (module fixture). Both get the suite's
+compile settings (`reliability.env`: LLVM optimisation level 0, which halves the compile time
+of the train step on CPU, the cost of these tests); both runs compile with them, so they do
+not weaken the comparison.
 """
 import json
 import os
@@ -27,7 +27,6 @@ COPY = "--config=configs/copy_task.py:test"
 OVERRIDES = ("--config.model.num_layers=1", "--config.train.num_steps=4",
              "--config.train.eval_every=2", "--config.train.log_every=1",
              "--config.train.checkpoint_every=2")
-FAST_XLA = {"XLA_FLAGS": "--xla_backend_optimization_level=0"}
 # The 2-process step sums the gradient and metrics over 2 devices (per-device partial sums,
 # then an all-reduce through gloo); the 1-process, 1-device step sums in one pass. Float32
 # addition in another order differs by a few ulp per sum: on the full `test` config (8 steps)
@@ -40,7 +39,7 @@ RTOL, ATOL = 1e-5, 1e-6
 
 def _popen(module, args, **env):
   return subprocess.Popen([sys.executable, "-m", module, *args], cwd=rel.ROOT,
-                          env=rel.env(**FAST_XLA, **env), stdout=subprocess.PIPE,
+                          env=rel.env(**env), stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True)
 
 

@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt pyproject.toml Makefile | cksum | cut -d' ' -f1)
 
-.PHONY: demo test bench venv clean
+.PHONY: demo test bench venv clean device-wheels
 
 venv: $(STAMP)
 
@@ -27,6 +27,16 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m el_jax.bench --config=configs/copy_task.py:cpu
+
+# The wheels the lent GPU image lacks (docs/accelerator.md): Python 3.12, x86-64, carried to
+# the device in .whl/ (git-ignored) and installed there with --no-index --no-deps.
+DEVICE_WHEELS := ml_collections==1.1.0
+device-wheels:
+	rm -rf .whl && mkdir -p .whl
+	$(PYTHON) -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
+	  --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 \
+	  --platform any -d .whl $(DEVICE_WHEELS)
+	ls -l .whl
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -189,7 +189,7 @@ def adversarial_train_step(graphdef, loss_fn, tx, groups, state, batch, position
                                         state, batch, positions, reduce_fn=reduce_fn)
   metrics = dict(metrics)
   metrics.update(aux)
-  metrics["adv_grad_norm"] = optax.global_norm(g_adv)
+  metrics["adv_grad_norm"] = optax.tree.norm(g_adv)
   metrics["adv_objective"] = metrics["loss"] + value
   return new_state, metrics
 

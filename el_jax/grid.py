@@ -23,6 +23,8 @@ grid writes the same row schema:
   seconds      wall time of training or reading it back
   workdir      where its checkpoints and metrics.jsonl are
   config       the whole config (what `ResultsFile`-style reuse compares)
+  ran_on       where it trained (`el_jax.provenance.ran_on`; rows of runs trained before
+               el_jax recorded it have none: they ran on the CPUs of the development machines)
   ...          extra fields given to `add` (the paper's number, a group, ...)
 
 and the JSON file is {..., "rows": [row, ...], "comparisons": {family: [comparison, ...]}},
@@ -127,6 +129,8 @@ def make_row(run, cfg, summary, seconds, workdir):
           "per_seed": per_seed_columns(finals),
           "aggregate": summary["aggregate"] if aggregate is None else aggregate,
           "seconds": round(seconds, 1), "workdir": workdir, "config": config_lib.config_dict(cfg),
+          # where it trained (el_jax.provenance); absent from summaries written before
+          **({"ran_on": summary["ran_on"]} if summary.get("ran_on") else {}),
           **fields, **run.extra}
 
 

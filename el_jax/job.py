@@ -18,9 +18,12 @@ plots. Layout of `workdir`:
                          fields named by `allow_config_change`, logged in `config_changes`)
   .lock                  pid / host of the run using the workdir (`el_jax.workdir.Lock`)
   metrics.jsonl          one JSON row per log / eval / flatness event (field `seed`)
-  summary.json           final metrics per split, per seed and aggregated over seeds
+  summary.json           final metrics per split, per seed and aggregated over seeds, and
+                         `ran_on` (el_jax.provenance: platform, device, versions, precision)
   seed_<s>/checkpoints/  orbax checkpoints (automatic resume; `train.keep_checkpoints`)
   seed_<s>/final.json    final evaluation of that seed (a finished seed is skipped on re-run)
+  seed_<s>/ran_on.json   where the seed trained; a seed of another platform or device kind
+                         is refused, never resumed or reported as this one's
   *.png                  the task's plots
 
 JSON files are written atomically; a torn last metrics line, a damaged final.json /
@@ -39,6 +42,7 @@ from el_jax import flatness
 from el_jax import metrics as metrics_lib
 from el_jax.models import decoder
 from el_jax import progress
+from el_jax import provenance
 from el_jax import seeds as seeds_lib
 from el_jax import stats
 from el_jax import tasks
@@ -283,6 +287,7 @@ def _train_and_evaluate(config, workdir, allow):
       "loss": config.loss.to_dict(),
       "seeds": [int(s) for s in config.seeds],
       "num_params": decoder.num_params(trainer.abstract_state["params"]),  # shapes only
+      "ran_on": provenance.ran_on(),  # where this process trained (el_jax.provenance)
       **setup.task.summary_fields(),
       **({config_lib.CHANGES_KEY: history} if history else {}),
       "per_seed": finals,

@@ -83,9 +83,9 @@ def train_step(graphdef, loss_fn, tx, groups, state, batch, positions=None, redu
       "margin_mean": stats["margin_mean"],
       "margin_min": stats["margin_min"],
       "fitted_frac": stats["fitted_frac"],
-      "grad_norm": optax.global_norm(grads),
-      "update_norm": optax.global_norm(updates),
-      "param_norm": optax.global_norm(params),
+      "grad_norm": optax.tree.norm(grads),
+      "update_norm": optax.tree.norm(updates),
+      "param_norm": optax.tree.norm(params),
   })
   new_state = {"params": params, "opt_state": opt_state, "step": state["step"] + 1}
   return new_state, metrics

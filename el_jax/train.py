@@ -24,6 +24,7 @@ from el_jax import distributed
 from el_jax import flatness
 from el_jax import metrics as metrics_lib
 from el_jax import progress
+from el_jax import provenance
 from el_jax import step as step_lib
 from el_jax import workdir as wd
 # What the loop is built from (el_jax.setup), under the names callers have always used.
@@ -46,6 +47,7 @@ def read_final(seed, sdir, num_steps):
   path = os.path.join(sdir, "final.json")
   if not os.path.exists(path):
     return None
+  check_ran_on(seed, sdir)
   try:
     final = wd.read_json(path, what=f"the final evaluation of seed {seed}")
   except wd.WorkdirError as e:
@@ -61,6 +63,28 @@ def read_final(seed, sdir, num_steps):
     return None
   print(f"seed {seed}: already finished, skipped (reading {path})", file=sys.stderr)
   return final
+
+
+RAN_ON = "ran_on.json"  # seed_<s>/ran_on.json: where the seed trains (el_jax.provenance)
+
+
+def check_ran_on(seed, sdir, record=False):
+  """Refuses (WorkdirError) a seed folder trained on another platform or device kind than this
+  process's (`seed_<s>/ran_on.json`; none: trained before el_jax recorded it, on the CPU): its
+  results and checkpoints are that platform's, not this one's. `record=True` writes this
+  process's record when there is none (a seed starting or resuming here)."""
+  here = provenance.ran_on()
+  path = os.path.join(sdir, RAN_ON)
+  there = wd.read_json(path, what=f"where seed {seed} trained") if os.path.exists(path) else None
+  if (there is not None or os.path.exists(os.path.join(sdir, "final.json"))
+      or checkpoint.latest_checkpoint_step(sdir) is not None):
+    if not provenance.same_platform(there, here):
+      raise wd.WorkdirError(
+          f"seed {seed} in {sdir} was trained on {provenance.describe(there)}; this process runs "
+          f"on {provenance.describe(here)}: its checkpoints and results are not this platform's. "
+          f"Use another --workdir (or move {sdir} away to train it afresh here)")
+  if record and there is None and distributed.is_main():
+    wd.write_json(path, here)
 
 
 def stop_step(tcfg):
@@ -79,6 +103,7 @@ def seed_status(seed, workdir, tcfg, writer):
   if final is not None:
     return "finished", final
   os.makedirs(sdir, exist_ok=True)
+  distributed.from_main(lambda: check_ran_on(seed, sdir, record=True))
   stop = stop_step(tcfg)
   latest = checkpoint.latest_checkpoint_step(sdir)
   if latest is not None and latest > tcfg.num_steps:
@@ -224,13 +249,18 @@ def run_steps(state, start, stop, tcfg, *, batch, step, check, save, evaluate, d
   """The loop every run goes through, one seed or stacked seeds: steps `start` .. `stop`.
 
   `batch(step)` -> device batch; `step(state, batch)` -> (state, metrics), dispatched
-  asynchronously: the metrics of a step are fetched and checked (`check((step, metrics),
-  bar, t0)`, which logs them and raises on a non-finite loss) after the next step is
-  dispatched, and before every checkpoint `save(done, state)`. `evaluate(done, state)`
-  runs every `train.eval_every` steps before the end, `after_step(done, state)` (the
-  flatness hook) after every step. Returns the final state.
+  asynchronously. The metrics of the steps that are logged (step 1 and every
+  `train.log_every`-th), checkpointed (`train.checkpoint_every`) or last are fetched and
+  checked (`check((step, metrics), bar, t0)`, which logs them and raises on a non-finite loss
+  or parameter norm) after the next step is dispatched, and always before that step's
+  checkpoint `save(done, state)`; the others are never copied to the host, so the device
+  runs ahead of the host by as many steps as JAX queues (on an accelerator a per-step
+  fetch would idle it between steps). A divergence is therefore caught at the next logged
+  step, and never checkpointed. `evaluate(done, state)` runs every `train.eval_every` steps
+  before the end, `after_step(done, state)` (the flatness hook) after every step. Returns the
+  final state.
   """
-  pending = None  # (step, metrics) of the previous step, fetched after the next dispatch
+  pending = None  # (step, metrics) of the previous fetched step, checked after the next dispatch
   t0 = time.time()
   bar = progress.Bar(total=stop, initial=start, desc=desc)
   try:
@@ -238,9 +268,12 @@ def run_steps(state, start, stop, tcfg, *, batch, step, check, save, evaluate, d
       state, metrics = step(state, batch(i))
       if pending is not None:
         check(pending, bar, t0)
-      pending = (i + 1, metrics)
+        pending = None
       done = i + 1
-      if done % tcfg.checkpoint_every == 0 or done == stop:
+      saving = done % tcfg.checkpoint_every == 0 or done == stop
+      if saving or done == 1 or done % tcfg.log_every == 0:
+        pending = (done, metrics)
+      if saving:
         check(pending, bar, t0)
         pending = None
         save(done, state)

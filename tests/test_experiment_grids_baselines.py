@@ -69,7 +69,7 @@ def test_the_stage_writes_grid_rows_of_the_chosen_settings(staged):
   pins.check("loss_baselines/test", doc["rows"])
   size = lb.SIZES["test"]
   for r in doc["rows"]:
-    assert set(grid_lib.ROW_FIELDS) | {"point", "warmup"} == set(r)
+    assert set(grid_lib.ROW_FIELDS) | {"point", "warmup", "ran_on"} == set(r)
     assert (r["config_name"], r["variant"], r["seeds"]) == ("copy_task", "test",
                                                             list(size.test_seeds))
     assert r["config"]["progress"] is False

@@ -19,7 +19,8 @@ PKG = ROOT / "el_jax"
 # statistics, the CLI surface, checkpoint and metrics I/O, losses and optimizers.
 LAYERS = (
     ("foundation", ("quiet", "progress", "distributed", "workdir", "losses", "optim", "config",
-                    "config_blocks", "stats", "cli", "checkpoint", "metrics", "plots")),
+                    "config_blocks", "stats", "cli", "checkpoint", "metrics", "plots",
+                    "provenance")),
     # el_jax.ntp: the linear-NTP science (data, geometry, dynamics); its trainer and its
     # benchmark sit higher up.
     ("data", ("data", "ntp")),
@@ -30,9 +31,9 @@ LAYERS = (
     ("tasks", ("adversarial", "tasks")),
     ("loop", ("setup", "train", "seeds")),
     ("job", ("job",)),
-    ("runner", ("runner", "grid", "mlm_measure", "ntp.train")),
+    ("runner", ("runner", "grid", "mlm_measure", "ntp.train", "golden")),
     ("entry points", ("main", "demo", "bench", "launch", "flatness.bench", "ntp.bench", "plan",
-                      "report")),
+                      "report", "verify", "torch_bench")),
 )
 
 

@@ -22,6 +22,7 @@ from flax import nnx
 
 from el_jax import checkpoint
 from el_jax.data import copy_task
+from el_jax import golden
 from el_jax import job
 from el_jax import metrics as metrics_lib
 from el_jax.models import decoder
@@ -37,21 +38,10 @@ pytestmark = pytest.mark.xdist_group("test_train")
 
 K = 4  # the resume point: half of the `test` variant's 8 steps
 
-# Golden values of the first step of the `test` config, model seed 0, on one
-# device. If a change of the model, its initialisation, the data, the loss or
-# the optimizer changes them ON PURPOSE, regenerate them with
-#
-#   JAX_PLATFORMS=cpu .venv/bin/python -c "from el_jax import runner, train; \
-#   c = runner.get_config('copy_task', 'test'); c.num_devices = 1; \
-#   st = train.Setup(c); tr = train.Trainer(st); \
-#   _, m = tr.step(tr.init(0), tr.put_batch(st.batch(0, 0))); \
-#   print({k: float(m[k]) for k in ('loss', 'grad_norm', 'param_norm')})"
-#
-# and paste the printed dict here (say why in the commit message). The suite compiles at LLVM
-# optimisation level 0 (tests/conftest.py); these values print digit for digit the same with
-# XLA_FLAGS=--xla_backend_optimization_level=0 and without it.
-GOLDEN_STEP_1 = {"loss": 3.351510763168335, "grad_norm": 1.4828977584838867,
-                 "param_norm": 9.061310768127441}
+# Golden values of the first step of the `test` config, model seed 0, on one device:
+# el_jax/golden.py (how to regenerate them on purpose; `python -m el_jax.verify` checks an
+# accelerator against them too).
+GOLDEN_STEP_1 = golden.STEP_1
 
 
 def _config(**overrides):
@@ -170,8 +160,8 @@ def test_golden_one_step(one_device):
   for key, want in GOLDEN_STEP_1.items():
     assert math.isclose(got[key], want, rel_tol=1e-4), (
         f"step-1 {key} of the `test` config is {got[key]!r}, recorded {want!r} (all: {got}). "
-        f"If this change is intended, regenerate GOLDEN_STEP_1 with the command in "
-        f"tests/test_train.py and paste the new values.")
+        f"If this change is intended, regenerate el_jax.golden.STEP_1 with the command in "
+        f"el_jax/golden.py and paste the new values.")
 
 
 def test_one_vs_eight_devices(one_device, runs):

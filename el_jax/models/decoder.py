@@ -48,7 +48,10 @@ class DecoderConfig:
   causal: bool = True  # False: bidirectional attention (an encoder, e.g. for masked LM)
   rotary_base: float = 10000.0
   init_std: float = 0.02
-  dtype: str = "float32"  # compute dtype: "float32" | "bfloat16"
+  # compute dtype: "float32" | "bfloat16" (mixed precision: every matmul -- QKV, attention,
+  # output projection, MLP, unembedding -- in bf16 with float32 weights, float32 residual
+  # stream, LayerNorms, softmax, logits and loss)
+  dtype: str = "float32"
   layer_norm_eps: float = 1e-6  # LayerNorm epsilon (Flax's default; GPT-2 checkpoints use 1e-5)
   activation: str = "gelu_tanh"  # MLP nonlinearity, one of ACTIVATIONS
 
@@ -79,6 +82,12 @@ class DecoderConfig:
   @property
   def compute_dtype(self):
     return jnp.bfloat16 if self.dtype == "bfloat16" else jnp.float32
+
+  @property
+  def matmul_dtype(self):
+    """The `dtype` of the model's nnx.Linear layers: bfloat16 (inputs and float32 weights cast
+    to bf16 for the matmul, bf16 out) under mixed precision, else None (Flax's own float32)."""
+    return jnp.bfloat16 if self.dtype == "bfloat16" else None
 
 
 def validate_model_config(m):
@@ -139,8 +148,9 @@ class Attention(nnx.Module):
     self.cfg = cfg
     d = cfg.embed_dim
     out_std = cfg.init_std / math.sqrt(2 * cfg.num_layers)
-    self.qkv = nnx.Linear(d, 3 * d, kernel_init=_normal(cfg.init_std), rngs=rngs)
-    self.out = nnx.Linear(d, d, kernel_init=_normal(out_std), rngs=rngs)
+    self.qkv = nnx.Linear(d, 3 * d, kernel_init=_normal(cfg.init_std), dtype=cfg.matmul_dtype,
+                          rngs=rngs)
+    self.out = nnx.Linear(d, d, kernel_init=_normal(out_std), dtype=cfg.matmul_dtype, rngs=rngs)
 
   def __call__(self, x_BxTxD, mask_BxTxT, query_positions_P=None):
     """Causal self-attention; with `query_positions_P` only those queries.
@@ -181,8 +191,10 @@ class MLP(nnx.Module):
   def __init__(self, cfg: DecoderConfig, *, rngs: nnx.Rngs):
     out_std = cfg.init_std / math.sqrt(2 * cfg.num_layers)
     self.approximate = cfg.activation == "gelu_tanh"
-    self.fc_in = nnx.Linear(cfg.embed_dim, cfg.mlp_dim, kernel_init=_normal(cfg.init_std), rngs=rngs)
-    self.fc_out = nnx.Linear(cfg.mlp_dim, cfg.embed_dim, kernel_init=_normal(out_std), rngs=rngs)
+    self.fc_in = nnx.Linear(cfg.embed_dim, cfg.mlp_dim, kernel_init=_normal(cfg.init_std),
+                            dtype=cfg.matmul_dtype, rngs=rngs)
+    self.fc_out = nnx.Linear(cfg.mlp_dim, cfg.embed_dim, kernel_init=_normal(out_std),
+                             dtype=cfg.matmul_dtype, rngs=rngs)
 
   def __call__(self, x):
     return self.fc_out(jax.nn.gelu(self.fc_in(x), approximate=self.approximate))
@@ -218,7 +230,8 @@ class Decoder(nnx.Module):
     self.ln_f = nnx.LayerNorm(cfg.embed_dim, epsilon=cfg.layer_norm_eps, rngs=rngs)
     if not cfg.tie_embeddings:
       self.unembed = nnx.Linear(cfg.embed_dim, cfg.vocab_size, use_bias=False,
-                                kernel_init=_normal(cfg.init_std), rngs=rngs)
+                                kernel_init=_normal(cfg.init_std), dtype=cfg.matmul_dtype,
+                                rngs=rngs)
 
   def features(self, tokens_BxT, segment_ids_BxT=None, positions_P=None):
     """The final hidden states (after the last LayerNorm): `[B, T, D]` (or `[B, P, D]`)."""
@@ -251,7 +264,10 @@ class Decoder(nnx.Module):
     """
     cfg = self.cfg
     x = self.features(tokens_BxT, segment_ids_BxT, positions_P)
-    if cfg.tie_embeddings:
+    if cfg.tie_embeddings and cfg.matmul_dtype is not None:  # bf16 matmul, float32 table
+      dt = cfg.matmul_dtype
+      logits = jnp.einsum("...d,vd->...v", x.astype(dt), self.embed.embedding[...].astype(dt))
+    elif cfg.tie_embeddings:
       logits = self.embed.attend(x)
     else:
       logits = self.unembed(x)

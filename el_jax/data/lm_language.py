@@ -98,6 +98,7 @@ import numpy as np
 from flax import nnx
 
 from el_jax import data
+from el_jax import extras
 from el_jax.data import downstream
 from el_jax.data import gpt2_bpe
 from el_jax.data import mlm_data
@@ -817,8 +818,8 @@ def glue_task(lang, name, seq_len=None, data_dir=None, num_valid=2000, seed=0):
     raise ValueError(f"GLUE text is GPT-2 BPE: the generator needs GPT-2's "
                      f"{gpt2_bpe.VOCAB_SIZE}-token vocabulary, not {lang.generator_vocab_size}")
   seq_len = lang.length if seq_len is None else int(seq_len)
-  # Heavy and optional: TFDS only when a GLUE task is read.
-  import tensorflow_datasets as tfds
+  # Heavy and optional (el_jax's `data` extra): TFDS only when a GLUE task is read.
+  tfds = extras.require("tensorflow_datasets", f"reading the GLUE task {name!r}")
   builder = tfds.builder_from_directory(path)
   src = builder.as_data_source()
   for split in ("train", "validation"):

@@ -25,8 +25,12 @@ state>} (plain JSON); `el_jax.train` saves it with each checkpoint of a run
 whose task iterates through a loader (`Task.data_iterator`), so a resumed run
 continues with the batches an uninterrupted one would have seen.
 """
-import grain
 import numpy as np
+
+from el_jax import extras
+
+# grain: el_jax's `data` extra (this module is imported only where a loader is used).
+grain = extras.require("grain", "the grain loader (data.pipeline='grain')")
 
 
 def grain_seed(seed):

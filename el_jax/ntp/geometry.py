@@ -29,6 +29,7 @@ from scipy import linalg
 from scipy import sparse
 from scipy.sparse import linalg as sparse_linalg
 
+from el_jax import extras
 from el_jax.ntp import data as data_lib
 
 # Relative eigenvalue cut-off of the Gram matrices: directions below it count
@@ -826,8 +827,6 @@ def ntp_svm(H, P, *, tol=None, polish=True, active_tol=1e-6, method="auto",
   the dual is unbounded (Clarabel: DualInfeasible) its ray is turned into a
   Farkas certificate that `check_infeasibility_certificate` verifies.
   """
-  import clarabel
-
   if method not in ("auto", "clarabel", "first_order", "first_order_lam"):
     raise ValueError(f"unknown method {method!r}; valid: auto, clarabel, first_order, "
                      "first_order_lam")
@@ -845,6 +844,7 @@ def ntp_svm(H, P, *, tol=None, polish=True, active_tol=1e-6, method="auto",
   if method in ("first_order", "first_order_lam"):
     return _ntp_svm_first_order(H, S, 1e-6 if tol is None else tol, max_iter, max_time,
                                 polish, active_tol, method)
+  clarabel = extras.require("clarabel", "the NTP-SVM's interior-point solver (method='clarabel')")
   tol = 1e-9 if tol is None else tol
   M, sysf, gsys, B = _svm_dual(H, S)
   n = M.shape[0]

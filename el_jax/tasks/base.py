@@ -261,11 +261,10 @@ def grain_loader(task, source, transform, seed):
   data source: `task.examples_per_step` records per step, the global batch (NoSharding: the
   loop puts each process's rows of it on that process's devices), `transform` applied to the
   stacked records."""
-  import grain
   from el_jax.data import loader  # heavy, optional: grain (data.pipeline="grain" only)
   return loader.Loader(source, task.examples_per_step,
                        seed=order_seed(task.config.data.data_seed, seed), transform=transform,
-                       shard_options=grain.sharding.NoSharding())
+                       shard_options=loader.grain.sharding.NoSharding())
 
 
 def map_padded(fn, arrays, per_call, multiple, sharding=None):

@@ -30,7 +30,7 @@ bench: $(STAMP)
 
 # The wheels the lent GPU image lacks (docs/accelerator.md): Python 3.12, x86-64, carried to
 # the device in .whl/ (git-ignored) and installed there with --no-index --no-deps.
-DEVICE_WHEELS := ml_collections==1.1.0
+DEVICE_WHEELS := ml_collections==1.1.0 clarabel==0.11.1
 device-wheels:
 	rm -rf .whl && mkdir -p .whl
 	$(PYTHON) -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 \

@@ -13,7 +13,9 @@ machine), and as its last line `tokens_per_s=<float>` for the configured loss.
 `--all_positions` times the step with logits at every position instead of
 only the scored ones; `--flops` adds XLA's FLOP estimate per step, the measured matmul
 peak (2048^2 float32 through jnp, the best of XLA's and Eigen's matmuls) and the MFU (model FLOPs per second over that peak);
-`--profile` traces the configured loss's step with the JAX profiler and prints the time of
+`--host` times what the host does per step instead (the batch, with the epoch's permutation
+cached and rebuilt every step as before, putting it on the devices, fetching one step's
+metrics; docs/accelerator.md); `--profile` traces the configured loss's step with the JAX profiler and prints the time of
 XLA's ops by kind (dots, elementwise fusions, reductions, layout copies).
 No XLA flags are set here; `--config.train.cpu_dots=eigen` times the step with XLA's
 Eigen matmuls instead of its default (YNNPACK) ones (docs/bench.md).
@@ -36,9 +38,11 @@ import numpy as np
 from absl import flags
 
 from el_jax import cli
+from el_jax import metrics as metrics_lib
 from el_jax import seeds as seeds_lib
 from el_jax import step as step_lib
 from el_jax import train
+from el_jax.tasks import base
 
 
 def _extra(fv):
@@ -55,6 +59,10 @@ def _extra(fv):
                     "--seeds (el_jax.seeds.IMPLS)", flag_values=fv)
   flags.DEFINE_bool("flops", False, "also print XLA's FLOP estimate per step (one more "
                     "compilation per loss), the matmul peak and the MFU", flag_values=fv)
+  flags.DEFINE_bool("host", False, "time instead what the host does per training step: the "
+                    "batch (its epoch's permutation cached, and rebuilt every step as before the "
+                    "cache), putting it on the devices, and fetching one step's metrics",
+                    flag_values=fv)
   flags.DEFINE_bool("profile", False, "profile --steps steps of the configured loss with the "
                     "JAX profiler and print where the time goes, by kind of XLA op",
                     flag_values=fv)
@@ -239,6 +247,41 @@ def op_breakdown(runner, steps):
   return 1e3 * wall, dict(out)
 
 
+def host_time(config, steps):
+  """{"batch_ms" (cached permutation), "batch_uncached_ms" (the permutation built every step,
+  as the loop did before it was cached per epoch), "put_ms", "fetch_ms"} per step: the host's
+  share of a training step of `config` (seed 0, steps 0..`steps`-1; the first epoch's
+  permutation is built before the timed steps, as the loop's first step would)."""
+  import json as json_lib
+  setup = train.Setup(config)
+  trainer = train.Trainer(setup)
+  out = {"steps": steps, "num_train": setup.task.num_train,
+         "rows_per_step": type(setup.task).rows_per_step(config)}
+  setup.batch(0, 0)
+
+  def timed(fn):
+    t0 = time.perf_counter()
+    for i in range(steps):
+      fn(i)
+    return 1e3 * (time.perf_counter() - t0) / steps
+
+  out["batch_ms"] = timed(lambda i: setup.batch(0, i))
+
+  def uncached(i):
+    base._epoch_order.cache_clear()
+    setup.batch(0, i)
+  out["batch_uncached_ms"] = timed(uncached)
+  host = [setup.batch(0, i) for i in range(min(steps, 8))]
+  out["put_ms"] = timed(lambda i: jax.block_until_ready(trainer.put_batch(host[i % len(host)])))
+  state = trainer.init(0)
+  state, m = trainer.step(state, trainer.put_batch(host[0]))
+  jax.block_until_ready(m)
+  out["fetch_ms"] = timed(lambda i: metrics_lib.to_float(m))
+  out["platform"] = jax.devices()[0].platform
+  print("host_time " + json_lib.dumps(out))
+  return out
+
+
 def time_steps(config, steps, repeats, warmup):
   """Median seconds per train step for `config` (compilation excluded)."""
   runner = StepRunner(config, warmup)
@@ -280,6 +323,13 @@ def main(argv=None):
   config, _, fv = cli.parse(sys.argv if argv is None else argv, extra_flags=_extra,
                             require_workdir=False, doc=__doc__)
   cli.log_devices()
+  if fv.host:
+    r = host_time(config, max(fv.steps, 1))
+    print(f"host ms per step: batch {r['batch_ms']:.3f} (permutation built every step, as "
+          f"before: {r['batch_uncached_ms']:.3f}), put {r['put_ms']:.3f}, fetch of one step's "
+          f"metrics {r['fetch_ms']:.3f} ({r['num_train']} training examples, "
+          f"{r['rows_per_step']} rows per step)")
+    return
   if fv.seeds:
     bad = [i for i in fv.seeds_impls if i not in ("map", "vmap")]
     if fv.seeds < 1 or bad:

@@ -213,6 +213,8 @@ def _already_finished(config, workdir, read_only=False):
   """
   finals = []
   for seed in config.seeds:
+    # A seed trained on another platform or device kind is refused, not reported as this one's.
+    train.check_ran_on(int(seed), os.path.join(workdir, f"seed_{int(seed)}"))
     path = os.path.join(workdir, f"seed_{int(seed)}", "final.json")
     try:
       final = wd.read_json(path) if os.path.exists(path) else None

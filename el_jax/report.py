@@ -19,7 +19,7 @@ a result; it names the number instead:
       After `[*]`, `[?...]` or a slice, a `.key` applies to each element and `[*]` flattens;
       an index, select or filter applies to the list as a whole. The ops run left to right:
       reducers (`mean`, `min`, `max`, `sum`, `len`, `abs`, `x100`, `minutes`, `hours`,
-      `giga`), then one format: `f0`..`f9`, `+f3` (signed), `e1`, `g3`, `p` (2 significant
+      `giga`, `tera`), then one format: `f0`..`f9`, `+f3` (signed), `e1`, `g3`, `p` (2 significant
       digits, for p-values), `int` (1,234), `pct1` (60.0%), `x2` (1.24x), `mr3` (mean (min,
       max) of a {mean, min, max}, through el_jax.stats.format_mean_range), `ci3` ([+lo, +hi]),
       `seeds` (2-11), `text`. A float needs a format. A list given `text`, `p`, `int` or a
@@ -50,6 +50,7 @@ import os
 import re
 import sys
 
+from el_jax import provenance
 from el_jax import stats
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
@@ -57,7 +58,7 @@ RESULTS = "results"
 DOCS = os.path.join("docs", "results")
 TEMPLATES = os.path.join(DOCS, "templates")
 PAGES = ("seed000_equal_learning", "seed001_baselines", "seed002_flatness",
-         "seed003_linear_ntp", "speed")
+         "seed003_linear_ntp", "speed", "accelerator")
 INDEX = "README.md"
 COMMAND = "python -m el_jax.report"
 
@@ -437,6 +438,7 @@ _REDUCERS = {
     "mean": lambda v: _mean_of(v), "min": min, "max": max, "sum": lambda v: math.fsum(v),
     "len": len, "abs": lambda v: abs(v), "x100": lambda v: 100 * v,
     "minutes": lambda v: v / 60, "hours": lambda v: v / 3600, "giga": lambda v: v / 1e9,
+    "tera": lambda v: v / 1e12,
 }
 
 
@@ -1440,6 +1442,148 @@ def _ntp_bench(R):
              "earlier first-order solver, seconds", "speed-up"], out)
 
 
+# --- the accelerator: verify and the device queue --------------------------------------
+
+ACCEL = "accelerator"  # results/accelerator/verify_<device>_<date>.json (python -m el_jax.verify)
+QUEUE = "device_queue"  # results/device_queue/<job>.json (experiments/device_queue.py collect)
+
+
+def _verify_files(R):
+  return [r for r in R.files(ACCEL) if os.path.basename(r).startswith("verify_")]
+
+
+def _device(v):
+  ro = (v.get("parts", {}).get("env") or {}).get("ran_on") or {}
+  return f"{ro.get('device_kind', '?')} (jax {ro.get('jax', '?')})"
+
+
+def _session(rel):
+  return os.path.splitext(os.path.basename(rel))[0].removeprefix("verify_")
+
+
+@table("accelerator_checks")
+def _accelerator_checks(R):
+  files = _verify_files(R)
+  if not files:
+    return _not_yet_run(f"{RESULTS}/{ACCEL}/verify_*.json", "python -m el_jax.verify")
+  out = []
+  for rel in files:
+    v = R.load(rel)
+    parts = v["parts"]
+    g, sd, mn = parts.get("golden", {}), parts.get("seeds", {}), parts.get("main", {})
+    pk = parts.get("env", {}).get("peak_flops", {})
+    out.append([_session(rel), _device(v), "passed" if v.get("ok") else "**FAILED**",
+                f"{g['max_rel_err_highest']:.1e}" if "max_rel_err_highest" in g else "-",
+                f"{max(g['rel_err']['default'].values()):.1e}" if "rel_err" in g else "-",
+                f"{max(g['rel_err']['bfloat16'].values()):.1e}" if "rel_err" in g else "-",
+                (f"{sd['max_rel_err_metrics']:.1e} / {sd['max_rel_err_params']:.1e} ({sd['impl']})"
+                 if "max_rel_err_metrics" in sd else "-"),
+                "yes" if mn.get("ok") else "no",
+                " / ".join(f"{pk[k] / 1e12:.0f}" for k in ("bfloat16", "float32",
+                                                         "float32_highest") if k in pk) or "-"])
+  return md(["session", "device", "verify", "golden step, highest precision (rel err, must be "
+             "<= 1e-4)", "default precision", "bf16", "stacked vs sequential seeds (metrics / "
+             "params rel err)", "el_jax.main end to end", "matmul TFLOP/s bf16 / fp32 (TF32) / "
+             "fp32 highest"], out)
+
+
+@table("accelerator_throughput")
+def _accelerator_throughput(R):
+  files = _verify_files(R)
+  if not files:
+    return _not_yet_run(f"{RESULTS}/{ACCEL}/verify_*.json", "python -m el_jax.verify")
+  out = []
+  for rel in files:
+    v = R.load(rel)
+    th = v["parts"].get("throughput", {})
+    for r in th.get("rows", []):
+      mfu = r.get("mfu")
+      out.append([_device(v), f"`{r['model']}`", r["dtype"],
+                  "all (equal work)" if r["all_positions"] else "scored (as trained)",
+                  f(r["step_s"] * 1e3, 2), f"{r['tokens_per_s'] / 1e6:.2f}",
+                  f"{r['flops_per_step'] / 1e9:.0f}",
+                  pct(mfu) if mfu is not None and mfu == mfu else "-"])
+    for r in th.get("seeds", []):
+      out.append([_device(v), f"`{r['model']}`, {r['seeds']} seeds", "float32",
+                  f"{r['mode']} (scored)", f(r["step_s"] * 1e3, 2),
+                  f"{r['seed_steps_per_s']:.0f} seed-steps/s", "-", "-"])
+  return md(["device", "model", "dtype", "positions", "ms per step (median)",
+             "M tokens/s", "GFLOP per step", "MFU"], out)
+
+
+@table("accelerator_vs_torch")
+def _accelerator_vs_torch(R):
+  files = _verify_files(R)
+  rows = []
+  for rel in files:
+    v = R.load(rel)
+    to = v["parts"].get("torch", {})
+    tor = {(t["model"], t["dtype"]): t for t in to.get("rows", [])}
+    for c in v.get("vs_torch", []):
+      t = tor[(c["model"], c["dtype"])]
+      rows.append([_device(v), f"`{c['model']}`", c["dtype"],
+                   "all (equal work)" if c["equal_work"] else "scored (as trained)",
+                   f(c["el_jax_step_s"] * 1e3, 2), f(c["torch_step_s"] * 1e3, 2),
+                   pct(t["mfu"]) if t.get("mfu") is not None else "-", f"{c['speedup']:.2f}x"])
+  if not rows:
+    return _not_yet_run(f"{RESULTS}/{ACCEL}/verify_*.json (its torch part)",
+                        "python -m el_jax.verify")
+  return md(["device", "model", "dtype", "el_jax positions", "el_jax ms per step",
+             "PyTorch ms per step", "PyTorch MFU (equal work)", "el_jax speed-up"], rows)
+
+
+def _queue_files(R):
+  return [r for r in R.files(QUEUE) if not os.path.basename(r).endswith("_test.json")]
+
+
+def _arm_cell(over):
+  keep = {k: v for k, v in over.items() if k.startswith(("loss.", "optim."))}
+  return ", ".join(f"{k}={v}" for k, v in keep.items()) or "-"
+
+
+@table("device_queue")
+def _device_queue(R):
+  files = _queue_files(R)
+  if not files:
+    return _not_yet_run(f"{RESULTS}/{QUEUE}/<job>.json",
+                        "python experiments/device_queue.py collect <returned files>")
+  out = []
+  for rel in files:
+    d = R.load(rel)
+    for arm, a in d["arms"].items():
+      vals = [v[d["metric"]] for _, v in sorted(a["seeds"].items(), key=lambda kv: int(kv[0]))]
+      agg = a["aggregate"]
+      out.append([d["job"], arm, _arm_cell(a["overrides"]), f"`{d['metric']}`",
+                  f"{a['n']} of {len(d['seeds_wanted'])}",
+                  ", ".join(f"{x:.3f}" for x in vals),
+                  mr(agg) if a["n"] > 1 else f(agg["mean"]),
+                  ", ".join(a["devices"]), d.get("paper", {}).get(arm, "-")])
+  return md(["job", "arm", "setting", "metric", "seeds so far", "per seed (seed order)",
+             "mean (min, max)", "device", "paper"], out)
+
+
+@table("device_queue_tests")
+def _device_queue_tests(R):
+  out = []
+  for rel in _queue_files(R):
+    d = R.load(rel)
+    cs = d.get("comparisons", [])
+    ns = {arm: a["n"] for arm, a in d["arms"].items()}
+    if not cs:
+      out.append([d["job"], "-", "no test yet: " + ", ".join(f"{k} n = {n}" for k, n in ns.items())
+                  + " (a test needs >= 3 independently trained models per arm)", "-", "-"])
+    for c in cs:
+      floor = " (the floor of this design)" if c["p_value"] <= c["p_floor"] * (1 + 1e-9) else ""
+      out.append([d["job"], f"{c['a']} - {c['b']}",
+                  f"{sf(c['diff'])} {ci(c['ci95'])}", f"{pval(c['p_value'])}{floor}",
+                  f"{pval(c['p_floor'])}; Holm {pval(c['p_holm'])}"])
+  if not out:
+    return _not_yet_run(f"{RESULTS}/{QUEUE}/<job>.json",
+                        "python experiments/device_queue.py collect <returned files>")
+  return md(["job", "comparison", "difference of means [bootstrap 95%]",
+             "two-sided permutation p over model seeds", "smallest p possible; Holm"], out)
+
+
 def _not_yet_run(what, command):
   return f"*Not yet run* (`{what}` is absent; `{command}` writes it)."
 
@@ -1568,7 +1712,8 @@ def _fill_one(R, raw):
     if name not in TABLES:
       raise ReportError(f"no table {name!r} (tables: {', '.join(sorted(TABLES))})")
     try:
-      return TABLES[name](R, *args)
+      out = TABLES[name](R, *args)
+      return out if out.startswith("*Not yet run*") else out + "\n\n" + ran_on_line(R, R.last_read)
     except ReportError:
       raise
     except (KeyError, IndexError, TypeError, ValueError) as e:
@@ -1592,6 +1737,35 @@ def _fill_one(R, raw):
       raise ReportError(f"paper placeholders take '| value' or '| source', not {ops}")
     return f"{value} ({source})"
   raise ReportError(f"unknown placeholder kind {kind!r} (number, text, table, image, paper)")
+
+
+UNRECORDED = ("not recorded: a CPU of the development machines (results from before el_jax "
+              "recorded where each run ran; the CHANGELOG's machine notes name them)")
+
+
+def _ran_on_records(obj, depth=0):
+  """Every `ran_on` record (el_jax.provenance) inside a results file."""
+  if depth > 8:
+    return []
+  if isinstance(obj, dict):
+    out = [obj["ran_on"]] if isinstance(obj.get("ran_on"), dict) else []
+    return out + [r for k, v in obj.items() if k != "ran_on"
+                  for r in _ran_on_records(v, depth + 1)]
+  if isinstance(obj, list):
+    return [r for v in obj for r in _ran_on_records(v, depth + 1)]
+  return []
+
+
+def ran_on_line(R, files):
+  """"*Ran on: ...*" under a table: the devices recorded in the files it read (each
+  distinct `el_jax.provenance.describe`), and UNRECORDED for a file that records none."""
+  seen = []
+  for rel in sorted(files):
+    recs = _ran_on_records(R.load(rel))
+    for d in ([provenance.describe(r) for r in recs] if recs else [UNRECORDED]):
+      if d not in seen:
+        seen.append(d)
+  return "*Ran on: " + "; ".join(seen) + ".*" if seen else ""
 
 
 def render_page(page, root=ROOT, R=None):

@@ -31,6 +31,7 @@ from el_jax import job
 from el_jax import metrics as metrics_lib
 from el_jax import tasks
 from el_jax.models import pretrained
+from el_jax import provenance
 from el_jax import workdir as wd
 # The experiments' one import: config loading and statistics are re-exported from their modules.
 from el_jax.config import (apply_overrides, config_dict, config_diff, config_path,  # noqa: F401
@@ -87,6 +88,12 @@ def finished_summary(config, workdir):
     print(f"warning: not reusing {workdir}: {e}", file=sys.stderr)
     return None
   if old.get(config_lib.CHANGES_KEY) or not same_training(flatten(old), flatten(config_dict(config))):
+    return None
+  here = provenance.ran_on()
+  if not provenance.same_platform(summary.get("ran_on"), here):
+    print(f"warning: not reusing {workdir}: it trained on "
+          f"{provenance.describe(summary.get('ran_on'))}, this process runs on "
+          f"{provenance.describe(here)}", file=sys.stderr)
     return None
   return summary
 

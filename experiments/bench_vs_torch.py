@@ -341,6 +341,7 @@ def main(argv=None):
     got = ratios[f"{best}/{rival}"]["median"]
     targets[label] = {"el_jax": best, "torch": rival, "ratio": got, "target": want,
                       "met": got >= want}
+  from el_jax import provenance
   result = {
       "command": " ".join([os.path.relpath(me, ROOT)] + sys.argv[1:]),
       "config_args": config_args, "shape": shape, "steps_per_window": args.steps,
@@ -349,6 +350,7 @@ def main(argv=None):
       "workers": {n: w.info for n, w in workers.items()},
       "results": summary, "ratio_tokens_per_s": ratios, "matmul_peak_flops": peak,
       "targets": targets,
+      "ran_on": provenance.ran_on(),  # CPU model and ISA flags: speed is this CPU's
   }
   os.makedirs(os.path.dirname(args.out), exist_ok=True)
   from el_jax import workdir as wd

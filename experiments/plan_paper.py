@@ -90,7 +90,9 @@ def main(argv=None):
     runs[label] = p
   os.makedirs(args.out, exist_ok=True)
   import jax
+  from el_jax import provenance
   meta = {"num_devices": args.num_devices, "mfu": args.mfu, "peak": "dtype",
+          "ran_on": provenance.ran_on(),
           "jax": jax.__version__, "machine": f"{platform.machine()} {os.cpu_count()} cores",
           "chips": plan_lib.CHIPS,
           "command": "python experiments/plan_paper.py " + " ".join(sys.argv[1:] if argv is None

@@ -68,6 +68,7 @@ from el_jax import cli
 import el_jax.flatness.fisher as fisher_lib
 import el_jax.flatness.trace as trace_lib
 from el_jax.models import decoder
+from el_jax import provenance
 from el_jax import step as step_lib
 from el_jax import train
 
@@ -213,6 +214,7 @@ def main(argv=None):
         "fisher_draw_over_grad": res["fisher_draw"][1],
         "fisher_draw_per_example_over_grad": res["fisher_draw_per_example"][1],
         "flops_over_grad": {k: v[2] for k, v in res.items()}}
+  out["ran_on"] = provenance.ran_on()
   print("flatness_bench " + json.dumps(out))
   return out
 

@@ -41,6 +41,7 @@ import numpy as np  # noqa: E402
 from el_jax.ntp import data as data_lib  # noqa: E402
 from el_jax.ntp import geometry  # noqa: E402
 from el_jax import cli  # noqa: E402
+from el_jax import provenance  # noqa: E402
 
 APPENDIX = dict(m=50, d=60, V=10, s=6)
 # --old choices: compare with the earlier first-order solver at every
@@ -121,7 +122,8 @@ def main(argv=None):
             f" {f(old and old['speedup'], 7, '.1f')} {f(old and old['dW'], 7, '.1e')}", flush=True)
   print(json.dumps(dict(appendix_s=round(app["total_s"], 4),
                         appendix_clarabel_s=round(app["solver_s"], 4),
-                        target_met=app["total_s"] <= 0.5, scaling=rows)))
+                        target_met=app["total_s"] <= 0.5, scaling=rows,
+                        ran_on=provenance.ran_on())))
 
 
 if __name__ == "__main__":

@@ -1444,7 +1444,7 @@ def _ntp_bench(R):
 
 # --- the accelerator: verify and the device queue --------------------------------------
 
-ACCEL = "accelerator"  # results/accelerator/verify_<device>_<date>.json (python -m el_jax.verify)
+ACCEL = "verify"  # results/verify/verify_<device>_<date>.json (python -m el_jax.verify)
 QUEUE = "device_queue"  # results/device_queue/<job>.json (experiments/device_queue.py collect)
 
 

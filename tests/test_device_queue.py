@@ -42,11 +42,12 @@ def collected(tmp_path_factory):
   tmp = tmp_path_factory.mktemp("dq")
   out, res = str(tmp / "out"), str(tmp / "results")
   files = dq.run(600, out, "test", ["copy_lc1"], res, max_seeds=3)
-  return tmp, out, res, files
+  report_ = dq.collect(files, res, "test")  # every test below sees the collected results
+  return tmp, out, res, files, report_
 
 
 def test_run_trains_the_missing_seeds_of_each_arm(collected):
-  _, out, res, files = collected
+  _, out, res, files, _ = collected
   assert [os.path.basename(f).split(".")[:2] for f in files] == [["copy_lc1", "ce"],
                                                                  ["copy_lc1", "e1_warmup"]]
   doc = wd.read_json(files[1])
@@ -57,8 +58,7 @@ def test_run_trains_the_missing_seeds_of_each_arm(collected):
 
 
 def test_collect_merges_seeds_and_tests_once_each_arm_has_three(collected):
-  _, out, res, files = collected
-  rep = dq.collect(files, res, "test")
+  _, out, res, files, rep = collected
   assert rep == {"copy_lc1": [("ce", [0, 1, 2]), ("e1_warmup", [0, 1, 2])]}
   doc = wd.read_json(dq.results_path(dq.job_by_name("copy_lc1"), res, "test"))
   arms = doc["arms"]
@@ -81,7 +81,7 @@ def test_collect_merges_seeds_and_tests_once_each_arm_has_three(collected):
 
 
 def test_collect_refuses_what_does_not_belong(collected, tmp_path):
-  _, out, res, files = collected
+  _, out, res, files, _ = collected
   bad = wd.read_json(files[0])
   bad["overrides"]["optim.lr"] = 1.0
   bad["seeds"], bad["per_seed"] = [4], bad["per_seed"][:1]
@@ -96,7 +96,7 @@ def test_collect_refuses_what_does_not_belong(collected, tmp_path):
 
 
 def test_the_accelerator_page_shows_the_queue(collected, tmp_path):
-  _, out, res, files = collected
+  _, out, res, files, _ = collected
   root = tmp_path / "root"
   (root / "results" / "device_queue").mkdir(parents=True)
   shutil.copy(dq.results_path(dq.job_by_name("copy_lc1"), res, "test"),

@@ -15,7 +15,8 @@ and, for easy examples, also at the start; the model must write the label after
 the label per split x group.
 
 Variants:
-  paper  the paper's setting: GPT-2 small (gpt2 preset, 12 layers x 768, 12 heads),
+  paper  our reading of the paper's setting (it says "pretrained GPT-2", no size): GPT-2
+         small, the smallest (gpt2 preset, 12 layers x 768, 12 heads),
          fine-tuned from the pretrained GPT-2 when model.pretrained names a Hugging Face
          checkpoint directory ("" = random init); every distinct KJV verse of >= 4 words
          (2,000 valid, 2,000 test, the other 26,792 train; data.corpus=shakespeare for the

@@ -86,10 +86,10 @@ PAPER = {
     "s000.t1.G(2,3).E1 + warmup": ("0.655 (0.486, 0.976)", "seed 000, Table 1"),
     "s000.t1.G(5,3).CE": ("0.001 (0.000, 0.005)", "seed 000, Table 1"),
     "s000.t1.G(5,3).E1 + warmup": ("0.117 (0.094, 0.139)", "seed 000, Table 1"),
-    "s000.t2.kjv.ce": ("0.863", "seed 000, Table 2, pretrained GPT-2 small"),
-    "s000.t2.kjv.e1_warmup": ("0.981", "seed 000, Table 2, pretrained GPT-2 small"),
-    "s000.t2.shakespeare.ce": ("0.703", "seed 000, Table 2, pretrained GPT-2 small"),
-    "s000.t2.shakespeare.e1_warmup": ("0.766", "seed 000, Table 2, pretrained GPT-2 small"),
+    "s000.t2.kjv.ce": ("0.863", "seed 000, Table 2, pretrained GPT-2 (size not stated)"),
+    "s000.t2.kjv.e1_warmup": ("0.981", "seed 000, Table 2, pretrained GPT-2 (size not stated)"),
+    "s000.t2.shakespeare.ce": ("0.703", "seed 000, Table 2, pretrained GPT-2 (size not stated)"),
+    "s000.t2.shakespeare.e1_warmup": ("0.766", "seed 000, Table 2, pretrained GPT-2 (size not stated)"),
     "s000.t2.kjv.diff": ("+0.118", "seed 000, Table 2: E1 + warmup minus CE, 0.981 - 0.863"),
     "s000.t2.shakespeare.diff": ("+0.063", "seed 000, Table 2: E1 + warmup minus CE, "
                                  "0.766 - 0.703"),
@@ -107,9 +107,10 @@ PAPER = {
                          "conditionals, HMM"),
     "s002.entropy.lm": ("1.865", "seed 002, Sec. 3.3, text on Fig. 2: entropy of the true "
                         "conditionals, the OPT-125M-generated language"),
-    "s002.fig3.pcfg_gain": ("+1.6", "seed 002, Sec. 5, Fig. 3: probe gain in points on the PCFG "
-                            "while Tr(H) falls after convergence; 235M BERT, SGD lr 1e-3, "
-                            "batch 4096"),
+    "s002.fig3.pcfg_gain": ("+1.6", "seed 002, Sec. 5, Fig. 3 and App. B.2: probe gain in points "
+                            "on the PCFG while Tr(H) falls after convergence; MLM trained with "
+                            "SGD from the start (warmup, then constant lr 1e-3); the model size "
+                            "and batch of these runs are not stated"),
     "s002.fig3.hmm_gain": ("+4.0", "seed 002, Sec. 5, Fig. 3: probe gain in points on the HMM"),
     "s002.fig2": ("larger models probe better at equal loss", "seed 002, Sec. 3.3, Fig. 2; its "
                   "HMM models are LSTMs of 10M-135M parameters"),
@@ -412,11 +413,50 @@ def seeds(xs):
   return ", ".join(map(str, xs))
 
 
-def cmp_cell(c, d=3, holm=True):
-  """"+0.280 [+0.194, +0.369], p = 1.1e-05 (Holm 0.00013)" from a runner.compare dict."""
-  out = f"{sf(c['diff'], d)} {ci(c['ci95'], d)}, p = {pval(c['p_value'])}"
+def _n_min(c):
+  """The smaller group of a comparison dict (`n` for a paired one)."""
+  return min(c["n_a"], c["n_b"]) if "n_a" in c else c["n"]
+
+
+def _floor(c, m=1):
+  """The smallest p the comparison's design can give (el_jax.stats.p_floor), Holm over m."""
+  if "n_a" in c:
+    return stats.p_floor("unpaired", c["n_a"], c["n_b"], m=m)
+  return stats.p_floor("paired", c["n"], m=m)
+
+
+def _design(c):
+  return f"{c['n_a']} vs {c['n_b']}" if "n_a" in c else f"{c['n']} pairs"
+
+
+def p_note(c, key="p_value", m=1):
+  """A comparison's p, with "(floor of 3 vs 3)" beside it where it sits at the smallest
+  value its design can give (Holm over m tests: m times that)."""
+  p = c[key]
+  fl = _floor(c, m)
+  if stats.at_floor(p, fl):
+    what = _design(c) + (f", Holm over {m}" if m > 1 else "")
+    return f"{pval(p)} (floor of {what})"
+  return pval(p)
+
+
+def ci_cell(c, d=3, scale=1):
+  """A comparison's bootstrap interval, or why none is shown (3 or fewer seeds)."""
+  if c.get("ci95") is None or _n_min(c) < stats.MIN_CI_N:
+    return f"none at n = {_n_min(c)}"
+  lo, hi = (scale * x for x in c["ci95"])
+  return f"[{lo:+.{d}f}, {hi:+.{d}f}]"
+
+
+def cmp_cell(c, d=3, holm=True, m=None):
+  """"+0.280 [+0.194, +0.369], p = 1.1e-05 (Holm 0.00013)" from a runner.compare dict; at 3
+  or fewer seeds no interval, and a p at its design's floor says so (Holm over `m`)."""
+  if _n_min(c) < stats.MIN_CI_N:
+    out = f"{sf(c['diff'], d)}, p = {p_note(c)}"
+  else:
+    out = f"{sf(c['diff'], d)} {ci(c['ci95'], d)}, p = {p_note(c)}"
   if holm and "p_holm" in c:
-    out += f" (Holm {pval(c['p_holm'])})"
+    out += f" (Holm {p_note(c, 'p_holm', m) if m else pval(c['p_holm'])})"
   return out
 
 
@@ -554,7 +594,7 @@ def _demo_comparisons(R):
   for metric, comps in R.load(DEMO)["comparisons"].items():
     for c in comps:
       rows.append([f"{c['a']} vs {c['b']}", f"`{metric}`", f"{f(c['mean_a'])} vs {f(c['mean_b'])}",
-                   sf(c["diff"]), ci(c["ci95"]), pval(c["p_value"]), pval(c["p_holm"]),
+                   sf(c["diff"]), ci_cell(c), p_note(c), p_note(c, "p_holm", len(comps)),
                    f"{c['n_a']} vs {c['n_b']}"])
   return md(["comparison", "metric", "means", "difference", "bootstrap 95%",
              "permutation p", "Holm p", "seeds"], rows)
@@ -642,7 +682,7 @@ def _fig1_context(R):
     ctx = r["overrides"]["data.context_len"]
     out.append([f"{k} ({ctx})", mr(r["aggregate"]["test_em_hard"]),
                 f(r["aggregate"]["train_em_hard"]["mean"]), mr(e["aggregate"]["test_em_hard"]),
-                f(e["aggregate"]["train_em_hard"]["mean"]), cmp_cell(vs_ce[e["label"]]),
+                f(e["aggregate"]["train_em_hard"]["mean"]), cmp_cell(vs_ce[e["label"]], m=len(vs_ce)),
                 seeds(r["seeds"])])
   return md(["strings per context (context)", "CE: test EM hard", "CE: train EM hard",
              "E1 + warmup: test EM hard", "E1 + warmup: train EM hard", "E1 + warmup vs CE",
@@ -680,7 +720,7 @@ def _table3(R):
     pp = PAPER[key][0] if key in PAPER else "-"
     out.append([r["label"], pp, mr(m["test_cl_easy"]), mr(m["valid_em_hard"]),
                 mr(m["test_em_hard"]), f(m["train_em_hard"]["mean"]),
-                cmp_cell(vs_ce[r["label"]]) if r["label"] in vs_ce else "-"])
+                cmp_cell(vs_ce[r["label"]], m=len(vs_ce)) if r["label"] in vs_ce else "-"])
   return md(["run", "paper: easy-test CL, L_c = 5 (seed 000, Table 3)", "test CL easy",
              "valid EM hard", "test EM hard", "train EM hard", "vs CE (test EM hard)"], out)
 
@@ -702,7 +742,7 @@ def _path_star_table1(R):
     a = r["aggregate"]
     key = f"s000.t1.{r['graph']}.{r['run']}"
     pp = PAPER[key][0] if key in PAPER else "-"
-    comp = "; ".join(f"vs {runs[c['b']]}: {cmp_cell(c)}" for c in comps
+    comp = "; ".join(f"vs {runs[c['b']]}: {cmp_cell(c, m=len(comps))}" for c in comps
                      if c["a"] == r["label"]) or "-"
     out.append([r["graph"], r["run"], mr(a["test_em_all"]), f(a["test_em_decision"]["mean"]),
                 f(a["test_decision_legal"]["mean"], 4), f(a["valid_em_all"]["mean"]),
@@ -803,7 +843,8 @@ def _scale_trend(R, task):
     p = e["point"]
     cells = [f"{p} ({e['x']:,})"]
     cells += [mr(rows[f"{p} {m}"]["aggregate"][metric]) for m, _ in ST_METHODS]
-    cells += [cmp_cell(e[f"{a}_vs_{b}"]) for a, b in ST_PAIRS]
+    cells += [cmp_cell(e[f"{a}_vs_{b}"], m=len(doc["trend"]) * (1 if (a, b) == ST_PAIRS[0] else 2))
+              for a, b in ST_PAIRS]
     cells.append(seeds(rows[f"{p} e1_warmup"]["seeds"]))
     out.append(cells)
   names = dict(ST_METHODS)
@@ -883,7 +924,7 @@ def _label_copy_table(R):
     out.append([r["text"], r["start"], f"`{r['loss']}`", mr(a["test_em_all"]),
                 mr(a["test_em_easy"]), mr(a["test_em_hard"]), pp])
   return md(["text", "start", "loss", "test all", "test easy", "test hard",
-             "paper: accuracy, pretrained GPT-2 small (seed 000, Table 2)"], out)
+             "paper: accuracy, pretrained GPT-2 of unstated size (seed 000, Table 2)"], out)
 
 
 @table("label_copy_comparisons")
@@ -896,10 +937,11 @@ def _label_copy_comparisons(R):
     for metric in ("test_em_all", "test_em_hard"):
       x, r = by[(a, b, metric)], rows[a]
       out.append([r["text"], r["start"], f"`{metric}`", f"{f(x['mean_a'])} vs {f(x['mean_b'])}",
-                  sf(x["diff"]), ci(x["ci95"]), pval(x["p_value"]), pval(x["p_holm"]),
-                  f"{x['n_a']} vs {x['n_b']}"])
+                  sf(x["diff"]), ci_cell(x), p_note(x), p_note(x, "p_holm", len(d["comparisons"][metric])),
+                  f"{x['n_a']} vs {x['n_b']} fine-tuning seeds of one pre-trained model"
+                  if r["start"] == "pretrained" else f"{x['n_a']} vs {x['n_b']} model seeds"])
   return md(["text", "start", "metric", "E1 + warmup vs CE", "difference", "bootstrap 95%",
-             "permutation p", "Holm p (over the metric's comparisons)", "seeds"], out)
+             "permutation p", "Holm p (over the metric's comparisons)", "over"], out)
 
 
 # --- seed 001: baseline losses -----------------------------------------------------
@@ -945,13 +987,24 @@ def _baseline_rows(doc, digits=3):
   for r in doc["rows"]:
     a = r["aggregate"]
     vs_ce, vs_ce_warmup = comps.get(("vs_ce", r["label"])), comps.get(("vs_ce_warmup", r["label"]))
+    fam = {k: len(v) for k, v in doc["comparisons"].items()}
     out.append([f"`{r['label']}`", _setting(r["point"]), "yes" if r["warmup"] else "no",
                 mr(a["test_em_easy"], digits), mr(a["test_em_hard"], digits),
-                cmp_cell(vs_ce) if vs_ce else "reference",
-                cmp_cell(vs_ce_warmup) if vs_ce_warmup else
+                cmp_cell(vs_ce, m=fam["vs_ce"]) if vs_ce else "reference",
+                cmp_cell(vs_ce_warmup, m=fam["vs_ce_warmup"]) if vs_ce_warmup else
                 ("reference" if r["label"] == "ce" and r["warmup"] else "-")])
   return md(["loss", "setting", "warmup", "test EM easy", "test EM hard",
              "hard EM minus CE without warmup", "hard EM minus CE + warmup"], out)
+
+
+@table("baselines_budget")
+def _baselines_budget(R):
+  """"3 to 5": the fewest and most validation candidates of any loss but CE in the grid."""
+  n = {}
+  for r in R.load(f"{LB}/select.json")["rows"]:
+    n[r["loss"]] = n.get(r["loss"], 0) + 1
+  k = [v for loss, v in n.items() if loss != "ce"]
+  return f"{min(k)} to {max(k)}"
 
 
 @table("baselines_copy")
@@ -1067,35 +1120,94 @@ def _mlm_training(R, language, optimizer="sgd"):
              "Tr(H) Hutchinson (stderr)", f"task {task} probe test acc % (std, 5 seeds)"], out)
 
 
+def mlm_paired(d, key):
+  """Before / after on the same units for a Figure 1 / 3 file (`d`, its points' step key
+  `key`): {quantity: el_jax.stats.paired_compare + p_holm over the family}, quantities
+  "trace_b1", "probe <task>", "fine_tune <task>", and the units' name.
+
+  With several model seeds (`comparison.over` = "model seeds") a unit is a pre-trained
+  model, measured at its first and last checkpoint (its Tr(H) B.1 mean over repetitions, its
+  probe / fine-tuning mean over seeds). With one model a unit is a Tr(H) repetition (the
+  same fixed input set at both checkpoints) or a probe / fine-tuning seed (the same seed at
+  both). Computed here from the committed per-point values, so the page does not depend on
+  which comparison the experiment's JSON stored."""
+  pts = d["points"]
+  over_models = d.get("comparison", {}).get("over") == "model seeds"
+  first, last = min(p[key] for p in pts), max(p[key] for p in pts)
+  if over_models:
+    seeds_ = sorted({p["seed"] for p in pts})
+    at = {(p["seed"], p[key]): p for p in pts}
+    a = [at[(s, first)] for s in seeds_]
+    b = [at[(s, last)] for s in seeds_]
+    series = {"trace_b1": ([p["trace_b1"] for p in a], [p["trace_b1"] for p in b])}
+    for task in a[0]["probe"]:
+      series[f"probe {task}"] = ([p["probe"][task]["test_acc_mean"] for p in a],
+                                 [p["probe"][task]["test_acc_mean"] for p in b])
+    if all("fine_tune" in p for p in a + b):
+      for task in a[0]["fine_tune"]:
+        series[f"fine_tune {task}"] = ([p["fine_tune"][task]["test_acc_mean"] for p in a],
+                                       [p["fine_tune"][task]["test_acc_mean"] for p in b])
+    units = {k: "model seeds" for k in series}
+  else:
+    a = next(p for p in pts if p[key] == first)
+    b = next(p for p in pts if p[key] == last)
+    series = {"trace_b1": (a["trace_b1_reps"], b["trace_b1_reps"])}
+    units = {"trace_b1": "repetitions (same inputs)"}
+    for task in a["probe"]:
+      series[f"probe {task}"] = (a["probe"][task]["test_acc"], b["probe"][task]["test_acc"])
+      units[f"probe {task}"] = "probe seeds of one model"
+    if "fine_tune" in a and "fine_tune" in b:
+      for task in a["fine_tune"]:
+        series[f"fine_tune {task}"] = (a["fine_tune"][task]["test_acc"],
+                                       b["fine_tune"][task]["test_acc"])
+        units[f"fine_tune {task}"] = "fine-tuning seeds of one model"
+  out = {k: {**stats.paired_compare(after, before), "over": units[k]}
+         for k, (before, after) in series.items()}
+  for c, q in zip(out.values(), stats.holm([c["p_value"] for c in out.values()])):
+    c["p_holm"] = q
+  return {"x": [first, last], "tests": out}
+
+
 @table("mlm_training_change")
 def _mlm_training_change(R, language, optimizer="sgd"):
-  d, _, shown = _mlm_cont(R, language, optimizer)
-  c = d["comparison"]
-  (task, pr), = c["probe"].items()
-  t = c["trace_b1_change"]
-  reps, seeds = _mlm_units(c)
-  rows = [["Tr(H) B.1", f"{t['mean_b']:.1f} -> {t['mean_a']:.1f}", f"{t['diff']:+.1f}",
-           f"[{t['ci95'][0]:+.1f}, {t['ci95'][1]:+.1f}]", pval(t["p_value"]), _holm(t),
-           f"{t['n_a']} vs {t['n_b']} {reps}"],
-          [f"task {task} probe (points)", f"{100 * pr['mean_b']:.2f} -> {100 * pr['mean_a']:.2f}",
-           f"{100 * pr['diff']:+.2f}", f"[{100 * pr['ci95'][0]:+.2f}, {100 * pr['ci95'][1]:+.2f}]",
-           pval(pr["p_value"]), _holm(pr), f"{pr['n_a']} vs {pr['n_b']} {seeds}"]]
-  for task, ft in c.get("fine_tune", {}).items():  # the paper's fine-tuning, where measured
-    rows.append([f"task {task} fine-tuned (points)",
-                 f"{100 * ft['mean_b']:.2f} -> {100 * ft['mean_a']:.2f}",
-                 f"{100 * ft['diff']:+.2f}",
-                 f"[{100 * ft['ci95'][0]:+.2f}, {100 * ft['ci95'][1]:+.2f}]",
-                 pval(ft["p_value"]), _holm(ft),
-                 f"{ft['n_a']} vs {ft['n_b']} "
-                 f"{'model seeds' if c.get('over') == 'model seeds' else 'fine-tuning seeds'}"])
-  return md([f"last vs first checkpoint ({shown} steps {c['x'][0]} -> {c['x'][1]})", "change",
-             "difference", "bootstrap 95%", "permutation p", "Holm p (over the table)", "over"],
-            rows)
+  d, key, shown = _mlm_cont(R, language, optimizer)
+  pair = mlm_paired(d, f"{key}_step")
+  m = len(pair["tests"])
+  rows = []
+  for name, c in pair["tests"].items():
+    what, _, task = name.partition(" ")
+    scale, dg = (1, 1) if what == "trace_b1" else (100, 2)
+    label = {"trace_b1": "Tr(H) B.1", "probe": f"task {task} probe (points)",
+             "fine_tune": f"task {task} fine-tuned (points)"}[what]
+    rows.append([label, f"{scale * c['mean_b']:.{dg}f} -> {scale * c['mean_a']:.{dg}f}",
+                 f"{scale * c['diff']:+.{dg}f}", f"{c['n_up']} up, {c['n_down']} down",
+                 ci_cell(c, dg, scale), p_note(c), p_note(c, "p_holm", m),
+                 f"{c['n']} {c['over']}"])
+  x = pair["x"]
+  return md([f"last vs first checkpoint ({shown} steps {x[0]} -> {x[1]})", "change",
+             "difference", "units", "bootstrap 95% over the pairs", "paired sign-flip p",
+             "Holm p (over the table)", "pairs"], rows)
 
 
-def _holm(c):
-  """A comparison's Holm-adjusted p ("-" where its file has none)."""
-  return pval(c["p_holm"]) if "p_holm" in c else "-"
+@table("mlm_paired")
+def _mlm_paired_sentence(R, language, optimizer, quantity, scale="1"):
+  """One before / after test as a phrase, e.g. `{{ table: mlm_paired hmm adamw trace_b1 }}`
+  gives "+19.8 (3 of 3 up; paired sign-flip p = 0.25 (the floor of 3 pairs))"; quantity
+  `trace_b1`, `probe:<task>` or `fine_tune:<task>`; `scale` 100 for points."""
+  d, key, _ = _mlm_cont(R, language, optimizer)
+  c = mlm_paired(d, f"{key}_step")["tests"][quantity.replace(":", " ")]
+  k = float(scale)
+  dg = 1 if k == 1 else 2
+  note = p_note(c).replace(" (floor", ", the floor").rstrip(")")
+  return f"{k * c['diff']:+.{dg}f} ({c['n_up']} of {c['n']} up; paired sign-flip p = {note})"
+
+
+def _holm(c, m=None):
+  """A comparison's Holm-adjusted p ("-" where its file has none; the floor noted beside it
+  when the family's size m is given)."""
+  if "p_holm" not in c:
+    return "-"
+  return p_note(c, "p_holm", m) if m else pval(c["p_holm"])
 
 
 def _mlm_units(c):
@@ -1140,9 +1252,9 @@ def _mlm_sizes_change(R, rel):
   (task, pr), = c["probe"].items()
   t = c["trace_b1_change"]
   rows = [["Tr(H) B.1", f"{t['mean_b']:.1f} -> {t['mean_a']:.1f}", f"{t['diff']:+.1f}",
-           pval(t["p_value"]), _holm(t), f"{t['n_a']} vs {t['n_b']} repetitions"],
+           p_note(t), _holm(t, 2), f"{t['n_a']} vs {t['n_b']} repetitions"],
           [f"task-{task} probe (points)", f"{100 * pr['mean_b']:.2f} -> {100 * pr['mean_a']:.2f}",
-           f"{100 * pr['diff']:+.2f}", pval(pr["p_value"]), _holm(pr),
+           f"{100 * pr['diff']:+.2f}", p_note(pr), _holm(pr, 2),
            f"{pr['n_a']} vs {pr['n_b']} probe seeds"]]
   return md([f"{c['x'][1]} vs {c['x'][0]}", "change", "difference", "permutation p",
              "Holm p (over the table)", "over"], rows)
@@ -1194,7 +1306,7 @@ def _adversarial_comparisons(R):
       out.append([f"adversarial vs {ref}", k.replace("probe_", "task ").replace("trace_b1",
                                                                                 "Tr(H) B.1"),
                   f"{s * x['diff']:+.{dg}f}", f"[{s * x['ci95'][0]:+.{dg}f}, "
-                  f"{s * x['ci95'][1]:+.{dg}f}]", pval(x["p_value"]), _holm(x),
+                  f"{s * x['ci95'][1]:+.{dg}f}]", p_note(x), _holm(x, 6),
                   f"{x['n_a']} vs {x['n_b']}"])
     out.append([f"adversarial vs {ref}", "valid MLM loss", sf(c["valid_mlm_loss_diff"]), "-", "-",
                 "-", "-"])
@@ -1226,7 +1338,7 @@ def _dyck_constructions(R):
       ds = c["downstream"]
       out.append([f"count ({c['width']} neurons)", f"{c['loss']:.1e}",
                   f"{c['trace']:.4g} (exact)", f"{ds['8']['mean']:.0e} / {ds['32']['mean']:.0e}",
-                  str(c["samples_to_1pct"]), "-"])
+                  str(stays_below(ds, 0.01)), "-"])
     else:
       ds = c["downstream_mean"]
       hu = [f"{s['trace_hutchinson']:.3g} +- {s['trace_hutchinson_stderr']:.2g}"
@@ -1234,11 +1346,12 @@ def _dyck_constructions(R):
       out.append([f"random features, m = {c['width']} ({len(c['seeds'])} draws)",
                   f"<= {c['loss_max']:.1e}",
                   f"{c['trace_mean']:.3g} ({c['trace_min']:.3g}, {c['trace_max']:.3g})",
-                  f"{ds['8']:.3f} / {ds['32']:.4f}", str(max(s["samples_to_1pct"]
+                  f"{ds['8']:.3f} / {ds['32']:.4f}", str(max(stays_below(s["downstream"], 0.01)
                                                            for s in c["seeds"])),
                   "; ".join(hu) or "-"])
   return md(["solution", "pre-training loss", "Tr(H): mean (min, max) over draws",
-             "downstream error, n = 8 / 32", "examples to reach 1% error (worst draw)",
+             "downstream error, n = 8 / 32",
+             "examples from which the error stays below 1% (worst draw)",
              "Hutchinson check (first draw)"], out)
 
 
@@ -1652,6 +1765,278 @@ def _paper_two_steps(R):
             out) + f"\n\nMachine: {d['machine']}; {d['rows']} rows per step, one CPU device."
 
 
+# --- claims generated from the JSON with their conditions (issue 34) --------------------
+# A sentence that says "met", "improves", "exceeds" or "needs n examples" is written here
+# from the numbers and the condition that makes it true, so it cannot disagree with them.
+
+
+@table("p_at")
+def _p_at(R, rel, path, key="p_value", m="1"):
+  """`{{ table: p_at <file> <path to a comparison> [p_value|p_holm] [m] }}`: the comparison's
+  p with its design's floor noted beside it where it sits there (Holm over m)."""
+  c, _ = walk(R.load(rel), parse_path(path), f"{RESULTS}/{rel}")
+  return p_note(c, key, int(m))
+
+
+def stays_below(curve, level):
+  """The smallest n from which the mean error stays <= level at every larger n measured
+  (None if the largest n is above it); `curve` {n (str or int): {"mean": ...} or float}."""
+  pts = sorted((int(n), v["mean"] if isinstance(v, dict) else v) for n, v in curve.items())
+  out = None
+  for n, e in reversed(pts):
+    if e > level:
+      break
+    out = n
+  return out
+
+
+def first_below(curve, level):
+  pts = sorted((int(n), v["mean"] if isinstance(v, dict) else v) for n, v in curve.items())
+  return next((n for n, e in pts if e <= level), None)
+
+
+@table("dyck_samples")
+def _dyck_samples(R):
+  """The count solution's and the random features' sample need, stays-below definition."""
+  d = R.load(DYCK)
+  count = next(c for c in d["constructions"] if c["name"] == "count")
+  rf = [s for c in d["constructions"] if c["name"] != "count" for s in c["seeds"]]
+  cn, c1 = stays_below(count["downstream"], 0.01), first_below(count["downstream"], 0.01)
+  ns = [stays_below(s["downstream"], 0.01) for s in rf]
+  above = [n for n, v in sorted(count["downstream"].items(), key=lambda kv: int(kv[0]))
+           if int(n) > c1 and v["mean"] > 0.01]
+  out = (f"the count solution's mean error stays below 1% from n = {cn} examples on, the "
+         f"random-feature solutions' from n = {min(ns)} to {max(ns)} (each of their "
+         f"{len(ns)} draws, {len(ns) // d['args']['rf_seeds']} widths)")
+  if above:
+    out += (f"; the count solution first reaches it at n = {c1}, but its error at n = "
+            + ", ".join(f"{n} is {count['downstream'][n]['mean']:.4f}" for n in above)
+            + f" (the mean over {d['args']['ds_draws']} draws of the downstream sample)")
+  return out
+
+
+def _bench_ratio(x):
+  return x["batched_probe_over_grad_by_probes"]["8"], x["fisher_draw_over_grad"]
+
+
+@table("flatness_bench_verdict")
+def _flatness_bench_verdict(R, form="long"):
+  """The flatness-cost targets at both batches, and the gradient's speed behind each ratio
+  (`short`: one clause per target, for the "Reproduced" line)."""
+  d = R.load("flatness_bench/bench.log")
+  if form == "short":
+    out = []
+    for t, i, lim in (("probe", 0, 1.5), ("Fisher", 1, 1.3)):
+      met = [_bench_ratio(d[k])[i] <= lim for k in ("x1", "x8")]
+      where = {(True, True): "met at both batches", (False, False): "**missed** at both",
+               (False, True): "**missed** at the training batch, met only at the 8x batch",
+               (True, False): "met at the training batch, **missed** at the 8x batch"}
+      out.append(f"the {t} target (<= {lim:g}x) is {where[tuple(met)]}")
+    return "; ".join(out)
+  parts, ok = [], []
+  for key, name in (("x1", "the training batch"), ("x8", "the 8x batch")):
+    x = d[key]
+    probe, fisher = _bench_ratio(x)
+    gfs = x["grad_gflop"] / x["grad_ms"] * 1e3
+    pm, fm = probe <= 1.5, fisher <= 1.3
+    ok += [pm, fm]
+    parts.append(f"at {name} ({x['contexts']} x 55; gradient {x['grad_ms']:.1f} ms, "
+                 f"{gfs:.0f} GFLOP/s) a probe in a batch of 8 costs {probe:.2f}x a gradient "
+                 f"(target <= 1.5x: {'met' if pm else 'missed'}) and a Fisher draw "
+                 f"{fisher:.2f}x (<= 1.3x: {'met' if fm else 'missed'})")
+  x1, x8 = d["x1"], d["x8"]
+  flops, time = x8["grad_gflop"] / x1["grad_gflop"], x8["grad_ms"] / x1["grad_ms"]
+  verdict = ("both targets met at both batches" if all(ok) else
+             "**not met**: " + ", ".join(
+                 f"the {t} target at {b}" for (t, b), good in zip(
+                     (("probe", "the training batch"), ("Fisher", "the training batch"),
+                      ("probe", "the 8x batch"), ("Fisher", "the 8x batch")), ok) if not good)
+             + " missed")
+  return (("; ".join(parts) + ". ").capitalize()[:1] + ("; ".join(parts) + ". ")[1:]
+          + f"The 8x batch's gradient took {time:.1f}x the time of the training batch's for "
+          f"{flops:.1f}x its FLOPs, so its ratios are taken over an unusually slow gradient "
+          f"rather than showing a cheaper probe. Verdict: {verdict}.")
+
+
+@table("b1_vs_hutchinson")
+def _b1_vs_hutchinson(R, rel, index="0"):
+  """B.1 against Hutchinson at one point, with both uncertainties: a difference in standard
+  errors, and a ratio only where Hutchinson's estimate is 2 standard errors above 0."""
+  p = R.load(f"{MLM}/{rel}")["points"][int(index)]
+  b1, n = p["trace_b1"], len(p["trace_b1_reps"])
+  se_b1 = p["trace_b1_std"] / math.sqrt(n)
+  h, se_h = p["trace_hutchinson"], p["trace_hutchinson_stderr"]
+  z = (b1 - h) / math.sqrt(se_b1 ** 2 + se_h ** 2)
+  out = (f"B.1 {b1:.1f} (std {p['trace_b1_std']:.1f} over {n} repetitions) against Hutchinson "
+         f"{h:.1f} +- {se_h:.1f} (stderr): a difference of {b1 - h:+.1f}, {abs(z):.1f} combined "
+         f"standard errors")
+  if h - 2 * se_h > 0:
+    out += f", a ratio of {b1 / h:.2f}"
+  else:
+    out += (", and no ratio: Hutchinson's estimate is within two of its standard errors of "
+            "zero")
+  return out
+
+
+@table("fig1_width_claim")
+def _fig1_width_claim(R, label, width):
+  """Width 128 (Figure 1's context runs, the width runs' seeds) against `width`, with the
+  test and what it can say: "higher" or "lower" only at p < 0.05."""
+  ctx = {r["label"]: r for r in R.load(f"{SUITE}/fig1_context.json")["rows"]}[f"{label} k=1"]
+  wide = {r["label"]: r for r in R.load(f"{SUITE}/fig1_width.json")["rows"]}[
+      f"{label} k=1 d={width}"]
+  s_ = wide["seeds"]
+  narrow = [ctx["per_seed"]["test_em_hard"][ctx["seeds"].index(x)] for x in s_]
+  c = stats.compare(wide["per_seed"]["test_em_hard"], narrow)
+  word = ("higher" if c["diff"] > 0 else "lower") if c["p_value"] < 0.05 else \
+      "not distinguishable"
+  return (f"{f(c['mean_b'])} at width 128 (seeds {seeds(s_)}) and {f(c['mean_a'])} at "
+          f"{width}: {word} ({sf(c['diff'])}, p = {p_note(c)})")
+
+
+_GAPS = (("valid_gap", "valid gap"), ("train_gap", "train gap"), ("test_gap", "test gap"),
+         ("valid_kl", "valid KL"))
+
+
+def _extrapolations(R):
+  """The two-point power law of mlm_convergence's extrapolation, for each gap definition."""
+  d = R.load("mlm_convergence/pcfg.json")
+  e = d["extrapolation"]
+  rows = {r["label"]: r for r in d["rows"]}
+  a, b = rows[e["runs"][0]], rows[e["runs"][1]]
+  sa, sb = e["steps"]
+  out = []
+  for key, name in _GAPS:
+    ga, gb = a["headline"][key], b["headline"][key]
+    expo = math.log(gb / ga) / math.log(sb / sa)
+    steps = sb * (e["target"] / gb) ** (1 / expo)
+    out.append({"name": name, "key": key, "gaps": [ga, gb], "exponent": expo, "steps": steps,
+                "hours": steps * b["seconds"] / sb / 3600})
+  return e, a, b, out
+
+
+@table("mlm_extrapolation")
+def _mlm_extrapolation(R):
+  e, a, b, rows = _extrapolations(R)
+  out = [[name["name"] + (" (the JSON's)" if name["key"] == "valid_gap" else ""),
+          f"{name['gaps'][0]:.3f} -> {name['gaps'][1]:.3f}", f"{name['exponent']:.2f}",
+          f"{name['steps']:,.0f}", f"{name['hours']:.0f}"] for name in rows]
+  return md([f"gap definition ({a['label']} -> {b['label']}, seed {seeds(b['seeds'])})",
+             "gap (nats)", "exponent", f"steps to {e['target']:g}", "hours"], out)
+
+
+@table("mlm_extrapolation_hours")
+def _mlm_extrapolation_hours(R):
+  _, _, _, rows = _extrapolations(R)
+  hs = [r["hours"] for r in rows]
+  return f"{min(hs):.0f} to {max(hs):.0f} h"
+
+
+@table("scale_trend_budget")
+def _scale_trend_budget(R, task):
+  """Each method's number of tuning candidates at every point, and whether they are equal."""
+  doc, missing = _scale_doc(R, task)
+  if missing:
+    return missing
+  n = {m: len(doc["candidates"][m]) for m, _ in ST_METHODS}
+  names = dict(ST_METHODS)
+  listed = ", ".join(f"{names[m]} {k}" for m, k in n.items())
+  if len(set(n.values())) == 1:
+    return f"{listed} candidates per point: equal tuning budgets"
+  return (f"{listed} candidates per point: **unequal tuning budgets** (the primary "
+          f"comparison, E1 + warmup against CE, gives E1 + warmup {n['e1_warmup']} and CE "
+          f"{n['ce']})")
+
+
+@table("scale_trend_slope")
+def _scale_trend_slope(R, *tasks):
+  """The trend test fixed in issue 34 (el_jax.stats.trend_slope), applied after the fact to
+  the committed points: the slope of E1 + warmup - CE per doubling of the scale axis."""
+  out = []
+  for task in tasks:
+    doc, missing = _scale_doc(R, task)
+    if missing:
+      out.append([task] + ["-"] * 5 + [missing])
+      continue
+    rows = {r["label"]: r for r in doc["rows"]}
+    metric = doc["test_metric"]
+    xs = [e["x"] for e in doc["trend"]]
+    a = [rows[f"{e['point']} e1_warmup"]["per_seed"][metric] for e in doc["trend"]]
+    b = [rows[f"{e['point']} ce"]["per_seed"][metric] for e in doc["trend"]]
+    t = stats.trend_slope(xs, a, b)
+    k = math.log(2)
+    read = t["n_seeds_min"] >= stats.MIN_CI_N
+    why = []
+    if t["n_seeds_min"] < 5:
+      why.append(f"{t['n_seeds_min']} test seeds at some point (fewer than the 5 fixed)")
+    n = {m: len(doc["candidates"][m]) for m, _ in ST_METHODS}
+    if n["e1_warmup"] != n["ce"]:
+      why.append(f"unequal tuning ({n['e1_warmup']} vs {n['ce']} candidates)")
+    if task == "label_copy":  # the design: one pretrained small GPT-2 per point
+      why.append("seeds are fine-tuning seeds of one pretrained model per point")
+    why.append("test fixed after these runs")
+    out.append([f"`{task}` (`{metric}`)", " / ".join(e["point"] for e in doc["trend"]),
+                " / ".join(sf(x) for x in t["diffs"]), sf(k * t["slope"]),
+                f"[{k * t['ci95'][0]:+.3f}, {k * t['ci95'][1]:+.3f}]" if read
+                else f"none ({t['n_seeds_min']} seeds at some point)",
+                ({1: "rises", -1: "falls", 0: "undecided (0 inside)"}[t["sign"]] + ", post hoc")
+                if read else "not read",
+                "; ".join(why)])
+  return md(["task", "points", "E1 + warmup - CE", "slope per doubling", "bootstrap 95% over "
+             "seeds", "reading", "what it cannot support"], out)
+
+
+# --- where the numbers were computed -------------------------------------------------
+
+XM = "cross_machine/cross_machine.json"
+
+
+@table("cross_machine_pairs")
+def _cross_machine_pairs(R, minimum="0"):
+  """Committed rows of the same config and seed in two files, largest per-seed difference."""
+  d = R.load(XM)
+  out = []
+  for p in d["pairs"]:
+    if p["max_abs_diff"] < float(minimum):
+      continue
+    at = p["at"]
+    where = (f"`{at['metric']}` seed {at['seed']}: {f(at['a'], 4)} vs {f(at['b'], 4)}"
+             if at else "-")
+    out.append([f"`{p['a']['file']}` {p['a']['label']}", f"`{p['b']['file']}` {p['b']['label']}",
+                seeds(p["seeds"]), f"{p['values_identical']} of {p['values_compared']}",
+                f(p["max_abs_diff"], 4), where])
+  return md(["row", "same config in", "shared seeds", "per-seed values identical",
+             "largest difference", "where"], out)
+
+
+@table("cross_machine_reruns")
+def _cross_machine_reruns(R):
+  d = R.load(XM)
+  out = []
+  for r in d["reruns"]:
+    ro = r["ran_on"] or {}
+    for m in r["matches"]:
+      out.append([f"`{r['workdir']}` (seed {seeds(r['seeds'])})",
+                  f"{ro.get('cpu', '?')}, "
+                  f"{'AVX-512' if 'avx512f' in ro.get('cpu_flags', []) else 'no AVX-512'}",
+                  f"`{m['file']}` {m['label']}",
+                  "bit for bit" if m["reproduced"] else f"differs by up to {f(m['max_abs_diff'], 4)}"])
+  return md(["run made here", "CPU", "committed row", "this machine's numbers"], out)
+
+
+@table("machines")
+def _machines(R):
+  """Per committed grid file: how many rows record where they ran (`ran_on`)."""
+  d = R.load(XM)
+  out = []
+  for name, x in d["files"].items():
+    out.append([f"`{name}`", str(x["rows"]), str(x["rows_with_ran_on"]),
+                ", ".join(x["machines"]) or "not recorded (trained before el_jax.provenance)",
+                x["last_commit"] or "-"])
+  return md(["results file", "rows", "rows with `ran_on`", "machines recorded",
+             "last commit touching the file (a schema conversion counts)"], out)
+
+
 # ----------------------------------------------------------------------------
 # Pages
 
@@ -1671,6 +2056,23 @@ def _split_ops(s):
       cur.append(ch)
   parts.append("".join(cur).strip())
   return parts
+
+
+def _split_args(s):
+  """A table placeholder's words, split on spaces outside [...] (a path argument may hold
+  `[a="E1+warmup k=1"]`)."""
+  out, cur, depth = [], [], 0
+  for ch in s:
+    depth += (ch == "[") - (ch == "]")
+    if ch.isspace() and depth == 0:
+      if cur:
+        out.append("".join(cur))
+        cur = []
+    else:
+      cur.append(ch)
+  if cur:
+    out.append("".join(cur))
+  return out
 
 
 def fill(R, text, page):
@@ -1708,12 +2110,14 @@ def _fill_one(R, raw):
     return apply_ops(value, ops or (["text"] if kind == "text" else []),
                      f"{RESULTS}/{rel}:{path.strip()}")
   if kind == "table":
-    name, *args = rest.split()
+    name, *args = _split_args(rest)
     if name not in TABLES:
       raise ReportError(f"no table {name!r} (tables: {', '.join(sorted(TABLES))})")
     try:
       out = TABLES[name](R, *args)
-      return out if out.startswith("*Not yet run*") else out + "\n\n" + ran_on_line(R, R.last_read)
+      # A Markdown table says where its numbers ran; an inline value (p_at, ...) does not.
+      is_table = out.lstrip().startswith("|")
+      return out + "\n\n" + ran_on_line(R, R.last_read) if is_table else out
     except ReportError:
       raise
     except (KeyError, IndexError, TypeError, ValueError) as e:

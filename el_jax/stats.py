@@ -4,6 +4,15 @@
 * `compare(a, b)`: the difference of means with a two-sided permutation-test p-value
   (exact over all splits when there are at most 200,000 of them) and a bootstrap 95%
   interval, for headline comparisons; `holm(p_values)`: Holm-Bonferroni adjustment.
+* `paired_compare(after, before)`: before / after on the same units (models, probe seeds,
+  input sets): the mean change with the exact two-sided sign-flip p (`sign_flip_test`), and
+  a bootstrap interval only where there are more than `MIN_CI_N` pairs.
+* `p_floor(design, ...)`: the smallest p-value a design can give (3 vs 3 unpaired: 0.1; 3
+  pairs: 0.25; Holm over m tests: m times that), and `at_floor(p, floor)`: whether a p sits
+  there, so a page can say so beside it.
+* `trend_slope(xs, a, b)`: the least-squares slope of mean(a) - mean(b) against log(x) over
+  scale points, with a bootstrap interval over the seeds of each arm at each point (the
+  scale-trend test fixed before the runs; docs/results/seed000_equal_learning.md).
 * `format_mean_range(stats)`: "0.473 (0.360, 0.576)".
 """
 import itertools
@@ -78,6 +87,132 @@ def compare(a, b):
   return {"mean_a": float(np.mean(a)), "mean_b": float(np.mean(b)),
           "diff": float(np.mean(a) - np.mean(b)), "p_value": permutation_test(a, b),
           "ci95": list(bootstrap_ci(a, b)), "n_a": len(a), "n_b": len(b)}
+
+
+MIN_CI_N = 4  # a bootstrap interval over 3 or fewer values resamples 10 or fewer distinct means
+
+
+def sign_flip_test(diffs, max_exact=1 << 20, num_samples=100_000, seed=0):
+  """Two-sided paired sign-flip permutation test of mean(diffs) = 0; returns the p-value.
+
+  Under the null each pair's difference is as likely to have either sign, so the reference
+  distribution is that of |mean(s * diffs)| over every sign vector s in {-1, +1}^n: exact
+  (all 2^n of them) when 2^n <= `max_exact`, else `num_samples` random ones (fixed `seed`;
+  the observed signs are counted, so p > 0). Extreme: |mean| >= the observed one (1e-12
+  tolerance, as `permutation_test`). With n pairs the smallest possible p is 2 / 2^n
+  (`p_floor("paired", n)`): 0.25 for 3 pairs. Pairs with a zero difference count in n (they
+  flip to themselves), so n is the number of pairs given.
+  """
+  d = np.asarray(diffs, np.float64).ravel()
+  if d.size < 1:
+    raise ValueError("sign_flip_test needs at least one pair")
+  if not np.all(np.isfinite(d)):
+    raise ValueError(f"sign_flip_test needs finite differences; got {d.tolist()}")
+  n = d.size
+  obs = abs(d.mean())
+  if 2 ** n <= max_exact:
+    signs = 1 - 2 * ((np.arange(2 ** n)[:, None] >> np.arange(n)) & 1)  # every sign vector
+    means = np.abs((signs * d).mean(axis=1))
+    return float(np.mean(means >= obs - 1e-12))
+  rng = np.random.default_rng(seed)
+  signs = rng.choice(np.array([-1.0, 1.0]), size=(num_samples, n))
+  means = np.abs((signs * d).mean(axis=1))
+  return float((np.sum(means >= obs - 1e-12) + 1) / (num_samples + 1))
+
+
+def bootstrap_ci_paired(diffs, level=0.95, num_samples=20_000, seed=0):
+  """Percentile bootstrap interval of mean(diffs), resampling the pairs."""
+  d = np.asarray(diffs, np.float64)
+  rng = np.random.default_rng(seed)
+  m = d[rng.integers(0, d.size, (num_samples, d.size))].mean(axis=1)
+  lo, hi = np.quantile(m, [(1 - level) / 2, (1 + level) / 2])
+  return float(lo), float(hi)
+
+
+def paired_compare(after, before):
+  """Before / after on the same units: `after[i]` and `before[i]` are one unit (a model seed,
+  a probe seed, an input set) measured twice.
+
+  Returns {mean_a, mean_b, diff (mean of after - before), p_value (two-sided sign flip,
+  exact up to 20 pairs), p_floor (the smallest p these n pairs can give), n, n_up, n_down,
+  test: "paired sign flip", ci95 (bootstrap over the pairs; None at n < MIN_CI_N, where
+  it resamples too few distinct means to mean anything)}.
+  """
+  a, b = np.asarray(after, np.float64), np.asarray(before, np.float64)
+  if a.shape != b.shape or a.ndim != 1:
+    raise ValueError(f"paired_compare needs two equal-length lists; got {a.shape}, {b.shape}")
+  d = a - b
+  n = int(d.size)
+  return {"mean_a": float(a.mean()), "mean_b": float(b.mean()), "diff": float(d.mean()),
+          "p_value": sign_flip_test(d), "p_floor": p_floor("paired", n), "n": n,
+          "n_up": int(np.sum(d > 0)), "n_down": int(np.sum(d < 0)), "test": "paired sign flip",
+          "ci95": list(bootstrap_ci_paired(d)) if n >= MIN_CI_N else None}
+
+
+def p_floor(design, n_a, n_b=None, m=1):
+  """The smallest two-sided p-value a design can give (with distinct values), Holm-adjusted
+  over a family of `m` such tests (`holm` multiplies the smallest p by m).
+
+  design "unpaired": `permutation_test` of n_a against n_b values: 2 / C(n_a + n_b, n_a)
+         when n_a = n_b (the extreme split and its mirror), else 1 / C(n_a + n_b, n_a)
+         (3 vs 3: 0.1; 5 vs 5: 0.0079; 10 vs 10: 1.1e-5);
+  design "paired": `sign_flip_test` of n_a pairs: 2 / 2^n_a (3 pairs: 0.25; 5: 0.0625).
+  """
+  if design == "unpaired":
+    if n_b is None:
+      raise ValueError("p_floor('unpaired', n_a, n_b) needs both group sizes")
+    splits = math.comb(n_a + n_b, n_a)
+    floor = (2 if n_a == n_b else 1) / splits
+  elif design == "paired":
+    floor = 2 / 2 ** n_a
+  else:
+    raise ValueError(f"unknown design {design!r}: 'unpaired' or 'paired'")
+  return min(1.0, m * floor)
+
+
+def at_floor(p, floor, rtol=1e-6):
+  """Whether a p-value sits at (or below, by rounding) the floor of its design."""
+  return float(p) <= float(floor) * (1 + rtol)
+
+
+def trend_slope(xs, a_by_point, b_by_point, log=True, level=0.95, num_samples=20_000,
+                seed=0):
+  """The scale-trend test: the least-squares slope of d_j = mean(a_j) - mean(b_j) against
+  log(x_j) (x_j itself with log=False) over the points j, with a percentile bootstrap
+  interval that resamples each arm's seeds at each point independently (the seeds are the
+  only randomness; the points are fixed by design).
+
+  `a_by_point[j]`, `b_by_point[j]`: the per-seed values of the two arms at point j. Returns
+  {slope, ci95, diffs (d_j), x (the regressor), n_points, n_seeds_min, decided (the interval
+  excludes 0), sign (+1 / -1 / 0: the interval's side of 0)}. Needs >= 3 points (a line
+  through 2 points has no residual, so nothing to test it against) and distinct x.
+  """
+  x = np.asarray(xs, np.float64)
+  if x.size < 3 or len(a_by_point) != x.size or len(b_by_point) != x.size:
+    raise ValueError(f"trend_slope needs >= 3 points with both arms at each; got {x.size}")
+  if np.any(x <= 0) and log:
+    raise ValueError("trend_slope(log=True) needs positive x")
+  t = np.log(x) if log else x
+  if np.ptp(t) == 0:
+    raise ValueError("trend_slope needs distinct x")
+  tc = t - t.mean()
+  denom = float(np.sum(tc * tc))
+  arms = [[np.asarray(v, np.float64) for v in arm] for arm in (a_by_point, b_by_point)]
+  d = np.array([a.mean() - b.mean() for a, b in zip(*arms)])
+  slope = float(np.sum(tc * d) / denom)
+  rng = np.random.default_rng(seed)
+  boot = np.zeros((num_samples, x.size))
+  for j in range(x.size):
+    a, b = arms[0][j], arms[1][j]
+    boot[:, j] = (a[rng.integers(0, a.size, (num_samples, a.size))].mean(axis=1)
+                  - b[rng.integers(0, b.size, (num_samples, b.size))].mean(axis=1))
+  slopes = (boot * tc).sum(axis=1) / denom
+  lo, hi = (float(q) for q in np.quantile(slopes, [(1 - level) / 2, (1 + level) / 2]))
+  sign = 1 if lo > 0 else -1 if hi < 0 else 0
+  return {"slope": slope, "ci95": [lo, hi], "diffs": d.tolist(), "x": t.tolist(),
+          "n_points": int(x.size),
+          "n_seeds_min": int(min(v.size for arm in arms for v in arm)),
+          "decided": sign != 0, "sign": sign}
 
 
 def holm(p_values):

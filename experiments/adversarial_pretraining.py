@@ -62,6 +62,7 @@ from el_jax import grid as grid_lib
 from el_jax import metrics as metrics_lib
 from el_jax import mlm_measure
 from el_jax import plots
+from el_jax import provenance
 from el_jax import runner
 from el_jax import stats
 from el_jax import workdir as wd
@@ -401,6 +402,7 @@ def main(argv=None):
       g.rows[chosen]["config"], "measurement": dataclasses.asdict(settings),
       "command": "python experiments/adversarial_pretraining.py " + " ".join(
           sys.argv[1:] if argv is None else argv),
+      "ran_on": provenance.ran_on(),  # where the measurements ran (issue 34)
       "wall_s": {"total": round(time.time() - t0, 1), "training": round(t_train, 1),
                  "normal_run_or_reuse": round(t_normal, 1)},
       "train_time_s": {d: train_time_s(os.path.join(args.runs, d)) for d in sorted(

@@ -24,7 +24,7 @@ r"""Seed 000 Table 2 at CPU size: label copying on natural text, CE vs E1 + warm
    (text, start) E1 + warmup vs CE on test accuracy (all) and on hard test examples
    (`comparisons.test_em_all`, `comparisons.test_em_hard`: difference of means, bootstrap
    95% interval, two-sided exact permutation-test p-value, Holm-adjusted p over the
-   metric's comparisons); beside the paper's Table 2 (pretrained GPT-2 small fine-tuned;
+   metric's comparisons); beside the paper's Table 2 (a pretrained GPT-2 of unstated size;
    accuracy: KJV CE 0.863 vs E1 + warmup 0.981, Shakespeare 0.703 vs 0.766).
 
 `--size=test` runs `configs/label_copy.py:test` (and pretrains `configs/text_lm.py:test`,
@@ -62,7 +62,7 @@ TEXTS = ("kjv", "shakespeare")
 STARTS = ("pretrained", "scratch")
 LOSSES = {"ce": {"loss.name": "ce"},
           "e1_warmup": {"loss.name": "e1", "loss.e1.lam": 1.0}}  # + warmup: half the steps
-# Paper Table 2 (seed 000, section 5.2): accuracy, pretrained GPT-2 small fine-tuned.
+# Paper Table 2 (seed 000, section 5.2): accuracy, a pretrained GPT-2 (size not stated) fine-tuned.
 PAPER = {"kjv": {"ce": 0.863, "e1_warmup": 0.981},
          "shakespeare": {"ce": 0.703, "e1_warmup": 0.766}}
 METRICS = ("test_em_all", "test_em_easy", "test_em_hard")

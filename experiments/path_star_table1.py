@@ -6,7 +6,9 @@ CPU version (this machine: 20 runs, <= 30 minutes on 2 cores):
   python experiments/path_star_table1.py --size=cpu --stage=controls  # reverse / teacherless, seeds 0-2
   python experiments/path_star_table1.py --size=cpu --stage=plot      # table and figures from the JSON
 
-Paper size (accelerator; GPT-mini 6 x 384, 200k train graphs, 100k steps per run):
+Paper size (accelerator; the seed paper's GPT-Mini and 200k train graphs, with the reference
+repository's 6 x 384, batch 256 and the 100k steps of its README command, which the seed paper
+does not give):
 
   python experiments/path_star_table1.py --size=paper
 

@@ -186,7 +186,8 @@ def test_the_script_at_a_tiny_size_writes_its_schema_and_the_pinned_numbers(tmp_
   assert os.path.isdir(out / "runs" / "sgd_label_noise" / "seed_0" / "checkpoints" / "20")
   # The schema of the committed results (results/dyck_flatness/), up to the flags.
   ref = json.load(open(os.path.join(ROOT, "results", "dyck_flatness", "dyck_flatness.json")))
-  assert _keys(got) == _keys(ref)
+  # `ran_on` (where the numbers were computed, issue 34) is new: the committed file predates it.
+  assert _keys(got) == sorted(set(_keys(ref)) | {"ran_on"}) and got["ran_on"]["platform"]
   assert _keys(got["setting"]) == _keys(ref["setting"])
   assert [_keys(c) for c in got["constructions"]] == [_keys(c) for c in ref["constructions"][:2]]
   assert _keys(got["training"]) == _keys(ref["training"]) == sorted(PINNED)

@@ -280,6 +280,12 @@ def test_mlm_flatness_compares_over_model_seeds_with_several():
   assert {k: c["probe"]["C"][k] for k in want} == want
   assert c["trace_b1"] == pytest.approx([11.0, 21.5 / 3])
   _holm_family(_mlm_family(c))
+  # Before / after on the same models is paired too (issue 34): 3 of 3 down, p at its floor.
+  paired = c["paired"]["trace_b1"]
+  assert paired == {**stats.paired_compare([7.0, 8.5, 6.0], [10.0, 12.0, 11.0]),
+                    "p_holm": paired["p_holm"]}
+  assert paired["p_value"] == pytest.approx(0.25) and paired["n_down"] == 3
+  assert c["paired"]["probe C"]["n_up"] == 3
   with pytest.raises(ValueError, match=r"sgd_step 8 is not measured for every seed"):
     ms._trend_over_seeds(points[:-2], "sgd_step", (0, 1, 2))
   with pytest.raises(ValueError, match="--seeds is for --figure=training"):

@@ -93,6 +93,7 @@ def test_every_results_table_says_where_it_ran(tmp_path):
       if raw.startswith("table:"):
         R.last_read = set()
         out = report._fill_one(R, raw)
-        assert out.startswith("*Not yet run*") or out.splitlines()[-1].startswith("*Ran on: "), raw
-        n += 1
+        if out.lstrip().startswith("|"):  # a Markdown table (not an inline value: p_at, ...)
+          assert out.splitlines()[-1].startswith("*Ran on: "), raw
+          n += 1
   assert n > 40

@@ -63,8 +63,11 @@ def ran_on(devices=None):
                 on NVIDIA GPUs since Ampere, bf16 passes on TPU, full float32 on CPU)
   cpu, cpu_flags  the host CPU's model name and its ISA_FLAGS
   xla_flags     $XLA_FLAGS ("" when unset)
+  malloc        the host malloc settings of el_jax.hostmem ("default": glibc's own)
   """
   import jax
+
+  from el_jax import hostmem
   devs = list(devices) if devices is not None else jax.devices()
   cpu, flags = cpu_model()
   return {
@@ -80,6 +83,7 @@ def ran_on(devices=None):
       "cpu": cpu,
       "cpu_flags": flags,
       "xla_flags": os.environ.get("XLA_FLAGS", ""),
+      "malloc": hostmem.state()["malloc"],
   }
 
 

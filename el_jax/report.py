@@ -1462,10 +1462,32 @@ def _ntp_text_sweep(R):
 
 # --- speed ----------------------------------------------------------------------
 
-_SIDES = (("el_jax", "scored positions, `cpu_dots=xla` (default)"),
-          ("el_jax_eigen", "scored positions, `cpu_dots=eigen`"),
-          ("el_jax_all_positions", "all positions (equal work), `xla`"),
-          ("el_jax_eigen_all_positions", "all positions, `eigen`"))
+_SIDES = {"el_jax": "scored positions, `cpu_dots=xla` (default)",
+          "el_jax_eigen": "scored positions, `cpu_dots=eigen`",
+          "el_jax_all_positions": "all positions (equal work), `xla`",
+          "el_jax_eigen_all_positions": "all positions, `eigen`"}
+
+
+def _side_label(side):
+  """A bench_vs_torch el_jax side in words: positions, `train.cpu_dots`, and the host malloc
+  (`_glibc_malloc`: glibc's defaults, as before el_jax.hostmem; files from before it
+  recorded no malloc and ran with glibc's)."""
+  if side in _SIDES:
+    return _SIDES[side]
+  rest = side[len("el_jax"):]
+  allpos = rest.endswith("_all_positions")
+  rest = rest[:-len("_all_positions")] if allpos else rest
+  glibc = rest.endswith("_glibc_malloc")
+  rest = rest[:-len("_glibc_malloc")] if glibc else rest
+  dev = re.search(r"_(\d+)dev$", rest)
+  rest = rest[:dev.start()] if dev else rest
+  blocks = re.search(r"_blocks(\d+)$", rest)
+  rest = rest[:blocks.start()] if blocks else rest
+  dots = rest.lstrip("_") or "xla"
+  return (f"{'all positions (equal work)' if allpos else 'scored positions'}, `cpu_dots={dots}`"
+          + (f", `attention_blocks={blocks.group(1)}`" if blocks else "")
+          + (f", {dev.group(1)} CPU devices" if dev else "")
+          + (", glibc's malloc (as before)" if glibc else ""))
 
 
 @table("bench_vs_torch")
@@ -1473,12 +1495,13 @@ def _bench_vs_torch(R, rel):
   d = R.load(rel)
   res, ratio = d["results"], d["ratio_tokens_per_s"]
   torches = [k for k in res if k.startswith("torch")]
+  sides = [k for k in res if k.startswith("el_jax")]
+  # the committed order of the four original sides first, then any others as they ran
+  sides = [k for k in _SIDES if k in res] + [k for k in sides if k not in _SIDES]
   out = []
-  for side, label in _SIDES:
-    if side not in res:
-      continue
+  for side in sides:
     r = res[side]
-    row = [label, f(r["step_ms_median"], 1), pct(r["mfu"])]
+    row = [_side_label(side), f(r["step_ms_median"], 1), pct(r["mfu"])]
     for t in torches:
       x = ratio[f"{side}/{t}"]
       row.append(f"{x['median']:.2f} ({x['min']:.2f}..{x['max']:.2f})")
@@ -1489,12 +1512,65 @@ def _bench_vs_torch(R, rel):
   return md(head, out)
 
 
+def _cpu_kind(d):
+  """(key, label) of the CPU a bench_vs_torch file ran on: its `ran_on` CPU model and vector
+  width, or "not recorded" with the machine fields the file does have."""
+  ro = d.get("ran_on")
+  if ro and ro.get("cpu"):
+    flags = ro.get("cpu_flags", [])
+    wide = ("AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2")
+    extra = [x for x in ("avx512_bf16", "avx512_vnni", "amx_bf16") if x in flags]
+    return ((ro["cpu"], tuple(sorted(flags))),
+            f"{ro['cpu']}, {wide}" + (f" (+{', '.join(extra)})" if extra else "")
+            + f", {d.get('cpu_count', '?')} cores")
+  return (None, id(d)), (f"not recorded ({d.get('machine', '?')}, {d.get('cpu_count', '?')} "
+                         f"cores; matmul peak {d['matmul_peak_flops'] / 1e9:.0f} GFLOP/s)")
+
+
+@table("bench_cpu_kinds")
+def _bench_cpu_kinds(R, *rels):
+  """One row per CPU kind measured (the last of the files given for a kind): the best el_jax
+  side against the faster torch side, scored positions and equal work, and the targets."""
+  rows = {}
+  for rel in rels:
+    d = R.load(rel)
+    key, label = _cpu_kind(d)
+    rows[key] = (label, rel, d)
+  out = []
+  for label, rel, d in rows.values():
+    t = d["targets"]
+    cells = []
+    for name in ("scored positions vs best torch", "all positions (equal work) vs best torch"):
+      x = t.get(name)
+      cells.append("-" if x is None else
+                   f"{x['ratio']:.2f} (`{x['el_jax']}`; {'met' if x['met'] else '**missed**'}, "
+                   f"target {x['target']:g})")
+    torch = next(iter(t.values()))["torch"]
+    load = "{:.1f} -> {:.1f}".format(d["loadavg_start"][0], d["loadavg_end"][0])
+    if "loadavg_before_setup" in d:  # other processes' load, before this run's workers
+      load = f"{d['loadavg_before_setup'][0]:.1f} before; {load} while timing"
+    out.append([label, f"`{rel.split('/')[-1]}`", f"{d['rounds']} x {d['steps_per_window']}",
+                load, f"{d['matmul_peak_flops'] / 1e9:.0f}",
+                f"`{torch}` {f(d['results'][torch]['step_ms_median'], 1)} ms "
+                f"(MFU {pct(d['results'][torch]['mfu'])})"] + cells)
+  return md(["CPU", "file", "rounds x steps", "load average", "matmul peak GFLOP/s",
+             "faster torch side", "best el_jax / torch, scored positions",
+             "best el_jax / torch, equal work"], out)
+
+
 @table("bench_targets")
 def _bench_targets(R, rel):
+  """The issue's targets: the best el_jax side against the faster torch side (and, where the
+  file records it, the default step's ratio: `train.cpu_dots="xla"`, one attention einsum)."""
   d = R.load(rel)
+  ts = d["targets"]
+  default = any("default_ratio" in t for t in ts.values())
   rows = [[name, f"`{t['el_jax']}` / `{t['torch']}`", f"{t['ratio']:.2f}", f"{t['target']:g}",
-           "met" if t["met"] else "**missed**"] for name, t in d["targets"].items()]
-  return md(["target", "sides", "ratio of tokens/s (median over rounds)", "target", ""], rows)
+           "met" if t["met"] else "**missed**"]
+          + ([f"{t['default_ratio']:.2f}" if "default_ratio" in t else "-"] if default else [])
+          for name, t in ts.items()]
+  return md(["target", "sides", "ratio of tokens/s (median over rounds)", "target", ""]
+            + (["the default step's ratio"] if default else []), rows)
 
 
 @table("bench_ab")

@@ -88,6 +88,7 @@ class Setup:
     self.pretrained_params = None
     if config.model.get("pretrained", ""):
       self.model_cfg, self.pretrained_params = load_pretrained(config, self.task)
+      self.model_cfg = step_lib.with_attention_blocks(self.model_cfg, config)
     self.scored_positions = self.task.scored_positions
 
   def batch(self, seed, step):
@@ -353,9 +354,13 @@ def validate_config(config):
   n = config.get("num_devices", 0)
   if _not_int(n) or n < 0:
     raise ValueError(f"num_devices={n!r} must be an integer >= 0 (0 = all local devices)")
+  blocks = t.get("attention_blocks", 1)
+  if _not_int(blocks) or blocks < 1:
+    raise ValueError(f"train.attention_blocks={blocks!r} must be an integer >= 1 (1 = one "
+                     f"attention einsum over all keys; docs/bench.md)")
   dots = t.get("cpu_dots", "xla")
-  if dots not in step_lib.CPU_DOTS:
-    raise ValueError(f"train.cpu_dots={dots!r} must be one of {tuple(step_lib.CPU_DOTS)} (the matmul "
+  if dots not in (*step_lib.CPU_DOTS, "auto"):
+    raise ValueError(f"train.cpu_dots={dots!r} must be one of {(*step_lib.CPU_DOTS, 'auto')} (the matmul "
                      f"library of the CPU backend; docs/bench.md)")
   optim.validate_config(config.optim)
   if not task_cls.own_model:  # a task with its own model checks config.model and config.loss

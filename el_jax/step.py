@@ -8,6 +8,8 @@ Every function here is a module-level pure function (tests call them un-jitted);
 the batch sharded over the `data` axis of `make_mesh`. A task may supply another step with
 the same signature (`el_jax.tasks.base.Task.step_fn`; the MLM task's adversarial step).
 """
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import optax
@@ -17,8 +19,17 @@ from el_jax.models import decoder
 
 
 def model_config(config, vocab_size, context_len):
-  """The DecoderConfig of `config.model` for the task's vocabulary and context."""
-  return decoder.config_from(config.model, vocab_size, context_len)
+  """The DecoderConfig of `config.model` for the task's vocabulary and context, computing
+  attention in `config.train.attention_blocks` query blocks."""
+  return with_attention_blocks(decoder.config_from(config.model, vocab_size, context_len),
+                               config)
+
+
+def with_attention_blocks(model_cfg, config):
+  """`model_cfg` with `attention_blocks` from `config.train` (1, one einsum, when absent)."""
+  n = int(config.train.get("attention_blocks", 1))
+  return model_cfg if n == model_cfg.attention_blocks else dataclasses.replace(
+      model_cfg, attention_blocks=n)
 
 
 def make_mesh(num_devices=0):
@@ -95,18 +106,46 @@ def train_step(graphdef, loss_fn, tx, groups, state, batch, positions=None, redu
 # function (`jax.jit(compiler_options=...)`), so one process can time both (el_jax.bench).
 # "xla": XLA's own choice (in jax 0.10.2, dots run as YNNPACK fusions); every committed
 # result was trained with it. "eigen": XLA's Eigen dot emitter, no XNNPACK / YNNPACK
-# fusions: measured faster on the small models here (docs/bench.md), different rounding.
+# fusions: as fast on the CPU of the committed figures, slower on a 2-core Zen 4
+# (docs/bench.md), different rounding. "auto": the set of CPU_KINDS for this CPU.
 CPU_DOTS = {
     "xla": {},
     "eigen": {"xla_cpu_use_xnnpack": False, "xla_cpu_experimental_ynn_fusion_type": ""},
 }
+
+# `train.cpu_dots="auto"`: the CPU_DOTS set per CPU kind, the first row whose ISA flags
+# (el_jax.provenance.ISA_FLAGS, from /proc/cpuinfo) this CPU has all of. A row is what was
+# measured on that kind (docs/bench.md, results/bench_vs_torch/); a CPU no row was measured
+# on gets the last row, XLA's own choice. `cpu_kind()` says which row a process uses, and
+# the bench JSON records it.
+CPU_KINDS = (
+    # AMD EPYC (Zen 4, 2 cores, 2026-11-26): YNNPACK's dots use both cores (a [1696, 128] x
+    # [128, 512] dot at 210 GFLOP/s, 1.9x one core); Eigen's reach 105-137 GFLOP/s.
+    {"kind": "avx512", "flags": ("avx512f",), "cpu_dots": "xla"},
+    # Not measured with ISA flags recorded: XLA's own choice.
+    {"kind": "other", "flags": (), "cpu_dots": "xla"},
+)
+
+
+def cpu_kind(flags=None):
+  """The CPU_KINDS row of this CPU (or of the ISA `flags` given)."""
+  if flags is None:
+    from el_jax import provenance
+    flags = provenance.cpu_model()[1]
+  return next(row for row in CPU_KINDS if set(row["flags"]) <= set(flags))
+
+
+def cpu_dots(config, flags=None):
+  """The CPU_DOTS name `config.train.cpu_dots` stands for on this CPU ("auto" resolved)."""
+  name = config.train.get("cpu_dots", "xla")
+  return cpu_kind(flags)["cpu_dots"] if name == "auto" else name
 
 
 def compiler_options(config):
   """The `jax.jit` compiler options of `config.train.cpu_dots` ({} off the CPU backend)."""
   if jax.default_backend() != "cpu":
     return {}
-  return dict(CPU_DOTS[config.train.get("cpu_dots", "xla")])
+  return dict(CPU_DOTS[cpu_dots(config)])
 
 
 def ce_objectives(graphdef):

@@ -203,6 +203,33 @@ def test_eigen_cpu_dots_train_like_xla_dots(one_device):
                       atol=1e-6)
 
 
+def test_attention_blocks_train_like_one_einsum(one_device):
+  """`train.attention_blocks=4` (causal attention in 4 query blocks, keys cropped: the same
+  function, sums in another order) trains the `test` config to the metrics and parameters of
+  the one-einsum attention within float tolerance, with the default matmuls and with
+  `cpu_dots="auto"`, and really computes fewer FLOPs."""
+  base = train.Trainer(train.Setup(_config(num_devices=1)))
+  for overrides in ({"train.attention_blocks": 4},
+                    {"train.attention_blocks": 4, "train.cpu_dots": "auto"}):
+    setup = train.Setup(_config(num_devices=1, **overrides))
+    assert setup.model_cfg.attention_blocks == 4
+    trainer = train.Trainer(setup)
+    state = trainer.init(0)
+    batch0 = trainer.put_batch(setup.batch(0, 0))
+
+    def flops(tr, st):
+      cost = tr.step.lower(st, batch0).compile().cost_analysis()
+      return (cost[0] if isinstance(cost, (list, tuple)) else cost)["flops"]
+    assert flops(trainer, state) < flops(base, base.init(0))
+    for step in range(setup.config.train.num_steps):
+      state, m = trainer.step(state, trainer.put_batch(setup.batch(0, step)))
+      for key, v in jax.device_get(m).items():
+        assert math.isclose(float(v), one_device.metrics[step][key], rel_tol=1e-4,
+                            abs_tol=1e-6), (overrides, step, key)
+    _assert_trees_equal(_to_host(state["params"]), one_device.state["params"], rtol=1e-4,
+                        atol=1e-6)
+
+
 def test_stop_at_step_stops_resumably(runs):
   stopped = runs.stopped / "seed_0"
   assert not (stopped / "final.json").exists()
@@ -475,6 +502,8 @@ CONFIG_ERRORS = {
     "task": ({"task": "ntp_linear"}, ["'ntp_linear'", "'copy_task'"]),
     "no_seeds": ({"seeds": ()}, ["config.seeds is empty"]),
     "cpu_dots": ({"train.cpu_dots": "mkl"}, ["train.cpu_dots='mkl'", "'xla'", "'eigen'"]),
+    "attention_blocks": ({"train.attention_blocks": 0}, ["train.attention_blocks=0",
+                                                         ">= 1"]),
 }
 
 

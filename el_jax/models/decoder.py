@@ -54,6 +54,11 @@ class DecoderConfig:
   dtype: str = "float32"
   layer_norm_eps: float = 1e-6  # LayerNorm epsilon (Flax's default; GPT-2 checkpoints use 1e-5)
   activation: str = "gelu_tanh"  # MLP nonlinearity, one of ACTIVATIONS
+  # How causal self-attention is computed (not what): 1 = one einsum over every query and key
+  # (every committed result); n > 1 = the queries in n contiguous blocks, each block against
+  # the keys up to its own end only (the rest are masked anyway), head-major: the same
+  # function up to float rounding with fewer FLOPs (`train.attention_blocks`, docs/bench.md).
+  attention_blocks: int = 1
 
   def __post_init__(self):
     if self.position not in POSITIONS:
@@ -71,6 +76,9 @@ class DecoderConfig:
     if self.embed_dim % self.num_heads:
       raise ValueError(f"model.embed_dim={self.embed_dim} is not divisible by "
                        f"model.num_heads={self.num_heads}")
+    if (isinstance(self.attention_blocks, bool) or not isinstance(self.attention_blocks, int)
+        or self.attention_blocks < 1):
+      raise ValueError(f"attention_blocks={self.attention_blocks!r} must be an integer >= 1")
     if self.position == "rotary" and (self.embed_dim // self.num_heads) % 2:
       raise ValueError(f"rotary positions need an even head dim; got "
                        f"{self.embed_dim}/{self.num_heads}={self.embed_dim // self.num_heads}")
@@ -173,8 +181,32 @@ class Attention(nnx.Module):
     if cfg.position == "rotary":
       q = rotary(q, pos_q, cfg.rotary_base)
       k = rotary(k, pos, cfg.rotary_base)
-    y = self.attend(q, k, v, mask_BxTxT)
+    if cfg.attention_blocks > 1 and cfg.causal and query_positions_P is None and t > 1:
+      y = self.attend_blocked(q, k, v, mask_BxTxT, cfg.attention_blocks)
+    else:
+      y = self.attend(q, k, v, mask_BxTxT)
     return self.out(y.reshape(b, q.shape[1], cfg.embed_dim))
+
+  def attend_blocked(self, q_BxTxHxK, k_BxTxHxK, v_BxTxHxK, mask_BxTxT, blocks):
+    """`attend` of causal attention with every query (Q = T), in `blocks` contiguous query
+    blocks: the block of queries [a, e) against the keys [0, e) only, since its queries
+    attend to no later key (the causal mask, and-ed with any document mask, is False there).
+    Head-major ([B, H, T, K]) einsums. Equal to `attend` up to float rounding (the masked
+    scores' softmax weights are exactly 0 there, so only the order of the sums differs);
+    [B, T, H, K] out."""
+    dt = self.cfg.compute_dtype
+    t = q_BxTxHxK.shape[1]
+    n = min(blocks, t)
+    edges = [round(i * t / n) for i in range(n + 1)]
+    q, k, v = (x.transpose(0, 2, 1, 3) for x in (q_BxTxHxK, k_BxTxHxK, v_BxTxHxK))
+    scale = jnp.asarray(math.sqrt(self.cfg.head_dim), dt)
+    outs = []
+    for a, e in zip(edges[:-1], edges[1:]):
+      scores = jnp.einsum("bhqk,bhsk->bhqs", q[:, :, a:e], k[:, :, :e]) / scale
+      scores = jnp.where(mask_BxTxT[:, None, a:e, :e], scores.astype(jnp.float32), -1e30)
+      probs = jax.nn.softmax(scores, axis=-1).astype(dt)
+      outs.append(jnp.einsum("bhqs,bhsk->bhqk", probs, v[:, :, :e]))
+    return jnp.concatenate(outs, axis=2).transpose(0, 2, 1, 3)
 
   def attend(self, q_BxQxHxK, k_BxTxHxK, v_BxTxHxK, mask_BxQxT):
     """softmax(q k^T / sqrt(K), masked) v -> `[B, Q, H, K]` (scores and softmax in float32)."""

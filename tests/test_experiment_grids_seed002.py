@@ -363,3 +363,25 @@ def test_committed_seed002_comparisons_carry_holm_over_each_table():
   family = [x for c in comps.values() for x in c.values() if isinstance(x, dict)]
   assert len(family) == 6
   _holm_family(family)
+
+
+def test_mlm_flatness_compares_trained_models_with_their_random_inits():
+  """vs_random_init: one model against its own init over the probe seeds; several over the
+  models (one mean each), with how many models are above their init; not in the Holm family
+  (issue 34: a sanity check that the probe sees the model)."""
+  ms = _script("mlm_flatness")
+
+  def probe_row(accs):
+    return {"test_acc": accs, "test_acc_mean": float(np.mean(accs))}
+  sanity = {"C": {"random_init": {"0": probe_row([0.2, 0.3]), "1": probe_row([0.5, 0.5]),
+                                  "2": probe_row([0.1, 0.1])}}}
+  pts = {k: {"probe": {"C": probe_row(a)}} for k, a in
+         (("0", [0.4, 0.5]), ("1", [0.3, 0.4]), ("2", [0.2, 0.2]))}
+  c = ms.vs_random_init(pts, sanity)["C"]
+  want = stats.compare([pts[k]["probe"]["C"]["test_acc_mean"] for k in "012"],
+                       [sanity["C"]["random_init"][k]["test_acc_mean"] for k in "012"])
+  assert {k: c[k] for k in want} == want
+  assert (c["over"], c["keys"], c["trained_above_random_in"]) == ("models", ["0", "1", "2"], 2)
+  one = ms.vs_random_init({"0": pts["0"]}, sanity)["C"]
+  assert {k: one[k] for k in want} == stats.compare([0.4, 0.5], [0.2, 0.3])
+  assert (one["over"], one["trained_above_random_in"]) == ("probe seeds of one model", 1)

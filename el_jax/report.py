@@ -1229,6 +1229,25 @@ def _mlm_vs_random_init(R, rel):
 ADV = "adversarial_pretraining/table.json"
 
 
+@table("adversarial_sanity")
+def _adversarial_sanity(R):
+  """Tables 1-2's sanity rows (issue 34): per task the majority class, the Bayes classifier
+  (1: the label is the inside algorithm's argmax) and the probe on the random init of model
+  seed 0, beside the lookup table's and the trained models' probes in the table above."""
+  d = R.load(ADV)
+  if "sanity" not in d:
+    return ("*No sanity rows* (majority class, Bayes, random init: "
+            f"`results/{ADV}` was written before `el_jax.mlm_measure.Measurer.sanity` existed; "
+            "re-running its command adds them).")
+  rows = []
+  for task, s in d["sanity"].items():
+    rows += [[f"task {task}: majority class", f"{100 * s['majority']:.2f}", "-"],
+             [f"task {task}: Bayes (the inside algorithm)", f"{100 * s['bayes']:.2f}", "-"]]
+    for k, r in s["random_init"].items():
+      rows.append([f"task {task}: random init (model seed {k}) probe", _acc_cell(r), _chosen(r)])
+  return md(["row", "test acc % (std over seeds)", "probe settings (chosen on valid)"], rows)
+
+
 @table("adversarial_table")
 def _adversarial_table(R):
   d = R.load(ADV)

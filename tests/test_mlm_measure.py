@@ -17,7 +17,7 @@ def test_settings_from_args_takes_its_fields_and_needs_them_all():
   args = argparse.Namespace(**SMALL, probe_data_seed=3, flat_inputs=4, flat_reps=2,
                             fisher_samples=5, hutchinson_probes=6, chunk=1, figure="size",
                             fine_tune_seeds="0,1", fine_tune_epochs=2, probe_lrs="0.01,0.001",
-                            probe_weight_decays="0")
+                            probe_weight_decays="0", probe_normalizations="standardize,whiten")
   s = mlm_measure.Settings.from_args(args)
   assert (s.tasks, s.probe_data_seed, s.flat_inputs, s.fisher_samples, s.chunk,
           s.fine_tune_seeds, s.fine_tune_epochs, s.probe_lrs) == ("C", 3, 4, 5, 1, "0,1", 2,

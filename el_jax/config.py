@@ -299,7 +299,8 @@ def inert_keys(flat):
   loss's, so that sweeps can switch by name), the `loss.reweight` block while
   `loss.reduction` is the plain mean, `optim.decay_frac` unless the schedule is "wsd", a
   disabled `adversarial` block, the default `data.pipeline="memory"`,
-  `data.max_sentences=0` and `train.cpu_dots="xla"`. A field added to the configs later is
+  `data.max_sentences=0`, `train.cpu_dots="xla"` and the HMM's default (Uniform) draw,
+  `data.trans_concentration` / `data.emit_concentration` = 0. A field added to the configs later is
   inert in the old runs' configs too, so their workdirs and result rows stay comparable."""
   out = set()
   name = flat.get("loss.name")
@@ -321,6 +322,9 @@ def inert_keys(flat):
     out.add("data.max_sentences")
   if flat.get("train.cpu_dots", "xla") in ("xla", "<absent>"):  # XLA's own CPU matmuls
     out.add("train.cpu_dots")
+  for k in ("data.trans_concentration", "data.emit_concentration"):  # the HMM's default draw
+    if flat.get(k, 0.0) in (0, 0.0, "<absent>"):
+      out.add(k)
   return out
 
 

@@ -369,3 +369,48 @@ def test_committed_seed002_comparisons_carry_holm_over_each_table():
   family = [x for c in comps.values() for x in c.values() if isinstance(x, dict)]
   assert len(family) == 6
   _holm_family(family)
+
+
+def test_mlm_flatness_compares_trained_models_with_their_random_inits():
+  """vs_random_init: one model against its own init over the probe seeds; several over the
+  models (one mean each), with how many models are above their init; not in the Holm family
+  (issue 34: a sanity check that the probe sees the model)."""
+  ms = _script("mlm_flatness")
+
+  def probe_row(accs):
+    return {"test_acc": accs, "test_acc_mean": float(np.mean(accs))}
+  sanity = {"C": {"random_init": {"0": probe_row([0.2, 0.3]), "1": probe_row([0.5, 0.5]),
+                                  "2": probe_row([0.1, 0.1])}}}
+  pts = {k: {"probe": {"C": probe_row(a)}} for k, a in
+         (("0", [0.4, 0.5]), ("1", [0.3, 0.4]), ("2", [0.2, 0.2]))}
+  c = ms.vs_random_init(pts, sanity)["C"]
+  want = stats.compare([pts[k]["probe"]["C"]["test_acc_mean"] for k in "012"],
+                       [sanity["C"]["random_init"][k]["test_acc_mean"] for k in "012"])
+  assert {k: c[k] for k in want} == want
+  assert (c["over"], c["keys"], c["trained_above_random_in"]) == ("models", ["0", "1", "2"], 2)
+  one = ms.vs_random_init({"0": pts["0"]}, sanity)["C"]
+  assert {k: one[k] for k in want} == stats.compare([0.4, 0.5], [0.2, 0.3])
+  assert (one["over"], one["trained_above_random_in"]) == ("probe seeds of one model", 1)
+
+
+def test_committed_sanity_rows_are_what_their_own_numbers_give():
+  """results/mlm_flatness/sanity/training_hmm.json (issue 34): vs_random_init recomputes from
+  the points and the sanity rows; every probe's chosen setting is the best on valid of its
+  selection; majority <= block alone <= Bayes; Holm over the comparison's family as before."""
+  ms = _script("mlm_flatness")
+  with open(os.path.join(ROOT, "results", "mlm_flatness", "sanity", "training_hmm.json")) as f:
+    doc = json.load(f)
+  s = doc["sanity"]["10"]
+  last = max(p["sgd_step"] for p in doc["points"])
+  trained = {str(p["seed"]): p for p in doc["points"] if p["sgd_step"] == last}
+  assert json.loads(json.dumps(ms.vs_random_init(trained, doc["sanity"]))) == \
+      doc["comparison"]["vs_random_init"]
+  probes = [p["probe"]["10"] for p in doc["points"]] + [s["lookup_table"],
+                                                         *s["random_init"].values()]
+  for r in probes:
+    best = max(r["selection"], key=lambda g: g["valid_acc_mean"])
+    assert r["chosen"] == {k: best[k] for k in ("lr", "weight_decay", "whiten")}
+    assert r["valid_acc_mean"] == best["valid_acc_mean"] and len(r["test_acc"]) == 5
+  assert s["majority"] <= s["block_majority"] <= s["bayes"]
+  assert set(s["random_init"]) == set(trained) == {str(x) for x in doc["args"]["seeds"]}
+  _holm_family(_mlm_family(doc["comparison"]))

@@ -385,7 +385,7 @@ def _step(cur, seg, where, at):
 
 
 def f(x, d=3):
-  return f"{x:.{d}f}"
+  return "n/a" if x is None else f"{x:.{d}f}"
 
 
 def sf(x, d=3):

@@ -299,7 +299,9 @@ def inert_keys(flat):
   loss's, so that sweeps can switch by name), the `loss.reweight` block while
   `loss.reduction` is the plain mean, `optim.decay_frac` unless the schedule is "wsd", a
   disabled `adversarial` block, the default `data.pipeline="memory"`,
-  `data.max_sentences=0`, `train.cpu_dots="xla"` and `train.attention_blocks=1`. A field added to the configs later is
+  `data.max_sentences=0`, `train.cpu_dots="xla"`, `train.attention_blocks=1` and the HMM's
+  default (Uniform) draw, `data.trans_concentration` / `data.emit_concentration` = 0. A field
+  added to the configs later is
   inert in the old runs' configs too, so their workdirs and result rows stay comparable."""
   out = set()
   name = flat.get("loss.name")
@@ -323,6 +325,9 @@ def inert_keys(flat):
     out.add("train.cpu_dots")
   if flat.get("train.attention_blocks", 1) in (1, "<absent>"):  # one attention einsum
     out.add("train.attention_blocks")
+  for k in ("data.trans_concentration", "data.emit_concentration"):  # the HMM's default draw
+    if flat.get(k, 0.0) in (0, 0.0, "<absent>"):
+      out.add(k)
   return out
 
 

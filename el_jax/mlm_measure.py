@@ -7,7 +7,14 @@ experiments/adversarial_pretraining.py (Tables 1 and 2):
   `fisher_samples` per input, on `flat_inputs` valid sentences with their fixed masks; mean
   and standard deviation over `flat_reps` repetitions, each on its own inputs and draws)
   and by Hutchinson probes of the exact Hessian (`el_jax.flatness`);
-* linear-probe accuracy on the downstream tasks (`el_jax.probe.linear_probe`);
+* linear-probe accuracy on the downstream tasks (`el_jax.probe.linear_probe_selected`: the
+  feature normalisation, learning rate and weight decay chosen on the valid split per model,
+  from `probe_normalizations` x `probe_lrs` x `probe_weight_decays`);
+* the sanity rows of every probe / fine-tuning table (`Measurer.sanity`, issue 34), measured on
+  the same splits with the same protocol: the majority class, the Bayes classifier (HMM: the
+  forward-backward posterior of the hidden state; PCFG: the label is the inside algorithm's
+  argmax, so 1), the paper's lookup table (the exact conditionals as features) and a randomly
+  initialised model of the same architecture (the init of each pre-training seed);
 * fine-tuning accuracy on the same tasks (`el_jax.probe.fine_tune`: the paper's protocol, the
   whole encoder and a head on the first position, AdamW 1e-4 with 200 warmup steps);
 * the pre-training losses of a checkpoint's step, from the run's eval rows (`eval_row`).
@@ -25,7 +32,11 @@ from el_jax import metrics as metrics_lib
 from el_jax import probe
 from el_jax import step as step_lib
 from el_jax import train
+from el_jax.models import decoder
 
+# The fields of a probe / fine-tuning result that the experiments' JSON keeps.
+RESULT_KEYS = ("test_acc", "valid_acc", "epoch", "test_acc_mean", "test_acc_std",
+               "valid_acc_mean")
 # The eval-row fields of an MLM run that `eval_row` returns by default.
 EVAL_KEYS = ("valid_mlm_loss", "valid_gap", "valid_kl", "test_mlm_loss", "test_gap",
              "train_mlm_loss")
@@ -40,6 +51,10 @@ class Settings:
   probe_test: int = 2000  # probe test examples
   probe_data_seed: int = 0  # seed of the probe data sets
   probe_epochs: int = 100  # probe training epochs
+  probe_lrs: str = "0.001"  # probe learning rates, comma-separated (chosen on valid per model)
+  probe_weight_decays: str = "0"  # probe AdamW weight decays, comma-separated (chosen on valid)
+  # probe feature normalisations, comma-separated (chosen on valid): standardize | whiten
+  probe_normalizations: str = "standardize"
   flat_inputs: int = 200  # valid sentences per Tr(H) repetition
   flat_reps: int = 5  # Tr(H) repetitions (disjoint inputs)
   fisher_samples: int = 50  # sampled labels per input (appendix B.1)
@@ -68,6 +83,9 @@ class Measurer:
     lang = self.task.language if hasattr(self.task, "language") else None
     if lang is None:
       lang = mlm_data.language(cfg.data)
+    self.language = lang
+    self.grid = probe.parse_grid(settings.probe_lrs, settings.probe_weight_decays,
+                                 settings.probe_normalizations)
     self.tasks = {}
     for name in settings.tasks.split(","):
       kw = dict(num_train=settings.probe_train, num_valid=settings.probe_valid,
@@ -104,31 +122,84 @@ class Measurer:
             "trace_b1_reps": fisher, "trace_hutchinson": hutch.estimate,
             "trace_hutchinson_stderr": hutch.stderr}
 
+  def probe_features(self, ds, feats_fn):
+    """The linear probe (5 probe seeds; lr and weight decay chosen on valid from `self.grid`,
+    the epoch chosen on valid) on the features `feats_fn(split)` of task `ds`, with the
+    features' numerical rank (`probe.feature_rank`) and width beside it."""
+    feats = {s: feats_fn(ds.split(s)) for s in ("train", "valid", "test")}
+    r = probe.linear_probe_selected(feats["train"], ds.train.labels, feats["valid"],
+                                    ds.valid.labels, feats["test"], ds.test.labels,
+                                    ds.num_classes, grid=self.grid,
+                                    epochs=self.settings.probe_epochs)
+    return {**{k: r[k] for k in RESULT_KEYS}, "chosen": r["chosen"],
+            "selection": r["selection"], "feature_rank": probe.feature_rank(feats["train"]),
+            "num_features": int(feats["train"].shape[1])}
+
   def probes(self, graphdef, params):
-    """Linear-probe results per downstream task (5 probe seeds; the epoch chosen on valid)."""
-    out = {}
-    for name, ds in self.tasks.items():
-      feats = {s: probe.encode(graphdef, params, ds.split(s).tokens, ds.split(s).segment_ids)
-               for s in ("train", "valid", "test")}
-      r = probe.linear_probe(feats["train"], ds.train.labels, feats["valid"], ds.valid.labels,
-                             feats["test"], ds.test.labels, ds.num_classes,
-                             epochs=self.settings.probe_epochs)
-      out[name] = {k: r[k] for k in ("test_acc", "valid_acc", "epoch", "test_acc_mean",
-                                     "test_acc_std", "valid_acc_mean")}
-    return out
+    """Linear-probe results per downstream task (`probe_features` on the model's final hidden
+    states, `probe.encode`)."""
+    return {name: self.probe_features(
+        ds, lambda sp: probe.encode(graphdef, params, sp.tokens, sp.segment_ids))
+        for name, ds in self.tasks.items()}
+
+  def fine_tune_seeds(self):
+    return [int(x) for x in self.settings.fine_tune_seeds.split(",") if x.strip()]
 
   def fine_tunes(self, graphdef, params):
     """Fine-tuning results per downstream task (`Settings.fine_tune_seeds`, the paper's
     protocol: CLS head, AdamW lr 1e-4, 200 warmup steps then linear decay, batch 32; the
     epoch chosen on valid); {} when no fine-tuning seeds are set."""
-    seeds = [int(x) for x in self.settings.fine_tune_seeds.split(",") if x.strip()]
+    seeds = self.fine_tune_seeds()
     out = {}
     for name, ds in self.tasks.items() if seeds else ():
       r = probe.fine_tune(graphdef, params, ds.train, ds.valid, ds.test, ds.num_classes,
                           seeds=seeds, epochs=self.settings.fine_tune_epochs, head="cls",
                           lr=1e-4, warmup_steps=200)
-      out[name] = {k: r[k] for k in ("test_acc", "valid_acc", "epoch", "test_acc_mean",
-                                     "test_acc_std", "valid_acc_mean")}
+      out[name] = {k: r[k] for k in RESULT_KEYS}
+    return out
+
+  def random_init_params(self, seed):
+    """The parameters model seed `seed` starts pre-training from (`decoder.init`)."""
+    return decoder.init(self.setup.model_cfg, seed)[1]
+
+  def sanity(self, model_seeds=(0,), fine_tune=False, language_rows=True, lookup=True):
+    """The sanity rows of every task, on the same splits and with the same protocol as
+    `probes` / `fine_tunes` (issue 34): {task: {"num_test", "majority" (accuracy of the most
+    frequent training label), "bayes" (`downstream.bayes_accuracy`), for HMM tasks
+    "block_majority" and "context_value" (`downstream.block_majority_accuracy`,
+    `downstream.hmm_context_value`), "lookup_table" (the probe
+    on the exact conditionals, `downstream.lookup_table_features`), "random_init" ({seed: the
+    probe on the model seed's initialisation}), and with `fine_tune` "fine_tune_random_init"
+    ({seed: fine-tuning from that initialisation})}}. A trained model's probe is only
+    evidence of transfer where it beats its own random init. `language_rows=False` leaves
+    out the rows that do not depend on the architecture (majority, Bayes, lookup table);
+    `lookup=False` the lookup table alone (a caller that probes it already)."""
+    graphdef = self.trainer.graphdef
+    ft = {}
+    if fine_tune and self.fine_tune_seeds():
+      ft = {seed: self.fine_tunes(graphdef, self.random_init_params(seed))
+            for seed in model_seeds}
+    out = {}
+    for name, ds in self.tasks.items():
+      row = {"num_test": len(ds.test)}
+      if language_rows:
+        row.update({"majority": downstream.majority_accuracy(ds),
+                    "bayes": downstream.bayes_accuracy(self.language, ds)})
+        if ds.name.startswith("hmm_task"):  # what the block alone gives, in probe and in loss
+          row["block_majority"] = downstream.block_majority_accuracy(self.language, ds)
+          row["context_value"] = downstream.hmm_context_value(self.language, ds)
+        if lookup:
+          row["lookup_table"] = self.probe_features(
+              ds, lambda sp: downstream.lookup_table_features(self.language, sp.tokens,
+                                                              sp.lengths))
+      row["random_init"] = {}
+      for seed in model_seeds:
+        params = self.random_init_params(seed)
+        row["random_init"][str(seed)] = self.probe_features(
+            ds, lambda sp, p=params: probe.encode(graphdef, p, sp.tokens, sp.segment_ids))
+      if ft:
+        row["fine_tune_random_init"] = {str(seed): r[name] for seed, r in ft.items()}
+      out[name] = row
     return out
 
 

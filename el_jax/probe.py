@@ -29,6 +29,12 @@ not to change the results). Our choices:
     learning rate; minibatches of `batch_size` (default 256) in a fresh
     random order each epoch, the last partial batch kept (weights 0 pad it
     to a static shape, so every example is seen exactly once per epoch).
+  * normalisation: `whiten=True` PCA-whitens the features instead (the train split's
+    covariance, eigenvalues below 1e-10 of the largest dropped; `whitening`), so the probe
+    sees every linear function of the features at one scale. Issue 34's trained HMM models
+    put all but ~1e-9 of their features' variance on their blocks' directions; standardised,
+    the probe read only the block. `linear_probe_selected` chooses the normalisation,
+    learning rate and weight decay on valid from a grid (`parse_grid`), per model.
   * model selection (early stopping on valid): after every epoch the valid
     accuracy is computed and the head of the first epoch with the highest
     valid accuracy is kept; the test accuracy of that head is reported. Test
@@ -340,9 +346,34 @@ def _probe_run(x_tr, y_tr, x_va, y_va, x_te, y_te, seeds, *, num_classes, lr, we
   return out
 
 
+WHITEN_REL_TOL = 1e-10  # eigenvalues of the train covariance kept, relative to the largest
+
+
+def whitening(x_train, rel_tol=WHITEN_REL_TOL):
+  """(mean [F], W [F, R]): PCA whitening fitted on the training features, in float64.
+
+  (x - mean) @ W has identity covariance on the training split in the R directions whose
+  covariance eigenvalue is above `rel_tol` times the largest (the others are dropped:
+  constant features, or rounding noise of float32 features). A linear probe on whitened
+  features sees every linear function of the features at the same scale, so it does not
+  depend on how the model happens to scale its directions: issue 34's trained HMM models
+  put all but ~1e-9 of their features' variance into the directions of the HMM's blocks, and
+  a probe on standardised features saw only the block.
+  """
+  x = np.asarray(x_train, np.float64)
+  mu = x.mean(0)
+  xc = x - mu
+  lam, v = np.linalg.eigh(xc.T @ xc / x.shape[0])
+  keep = lam > rel_tol * max(lam.max(), 0.0)
+  if not keep.any():
+    raise ValueError("the training features are constant: nothing to whiten")
+  return mu, v[:, keep] / np.sqrt(lam[keep])
+
+
 def linear_probe(x_train, y_train, x_valid, y_valid, x_test, y_test, num_classes, *,
                  seeds=(0, 1, 2, 3, 4), lr=1e-3, epochs=100, batch_size=256, weight_decay=0.0,
-                 projection_dim=None, standardize=True, return_params=False, test_curve=False):
+                 projection_dim=None, standardize=True, whiten=False, return_params=False,
+                 test_curve=False):
   """Linear softmax probe on frozen features, the paper's protocol (module docstring).
 
   Args:
@@ -353,6 +384,7 @@ def linear_probe(x_train, y_train, x_valid, y_valid, x_test, y_test, num_classes
     lr, epochs, batch_size, weight_decay: AdamW with a constant learning rate.
     projection_dim: None, or P: a fixed N(0, 1/F) projection [F, P] per seed.
     standardize: standardise features with the train split's statistics.
+    whiten: instead, PCA-whiten them with the train split's covariance (`whitening`).
     return_params: also return the selected heads (and projections, statistics).
     test_curve: also compute the test accuracy after every epoch (for
       inspection only; ~5% slower). Otherwise test is evaluated once, on the
@@ -367,7 +399,8 @@ def linear_probe(x_train, y_train, x_valid, y_valid, x_test, y_test, num_classes
     "num_features" (F or P), "epochs", "batch_size", "lr", "weight_decay".
     With return_params: "head" {"w": [S, C, F'], "b": [S, C]}, "projection"
     [S, F, P] (if any), "mean" / "std" [F] (if standardize), as NumPy arrays;
-    the logits of raw features x are ((x - mean) / std) @ projection @ w^T + b.
+    the logits of raw features x are ((x - mean) / std) @ projection @ w^T + b, or with
+    whiten ((x - mean) @ whitening) @ projection @ w^T + b ("whitening" [F, R]).
   """
   num_classes = _check_int("num_classes", num_classes, 2)
   x_train = _as_features("x_train", x_train)
@@ -387,6 +420,12 @@ def linear_probe(x_train, y_train, x_valid, y_valid, x_test, y_test, num_classes
   weight_decay = _check_positive("weight_decay", weight_decay, allow_zero=True)
   if projection_dim is not None:
     projection_dim = _check_int("projection_dim", projection_dim, 1)
+  white = None
+  if whiten:
+    white = whitening(x_train)
+    x_train, x_valid, x_test = (((x - white[0]) @ white[1]).astype(np.float32)
+                                for x in (x_train, x_valid, x_test))
+    standardize = False
   out = _probe_run(x_train, y_train, x_valid, y_valid, x_test, y_test,
                    jnp.asarray(seeds, jnp.uint32), num_classes=num_classes, lr=lr,
                    weight_decay=weight_decay, epochs=epochs, batch_size=batch_size,
@@ -398,8 +437,9 @@ def linear_probe(x_train, y_train, x_valid, y_valid, x_test, y_test, num_classes
          "epoch": [int(e) for e in out["epoch"]],
          "train_loss": np.asarray(out["train_loss"]), "valid_curve": np.asarray(out["valid_curve"]),
          "seeds": list(seeds),
-         "num_features": projection_dim or f, "epochs": epochs, "batch_size": batch_size,
-         "lr": lr, "weight_decay": weight_decay}
+         "num_features": projection_dim or x_train.shape[1], "epochs": epochs,
+         "batch_size": batch_size, "lr": lr, "weight_decay": weight_decay,
+         "whiten": bool(whiten)}
   if test_curve:
     res["test_curve"] = np.asarray(out["test_curve"])
   res.update(_summary(res["test_acc"], res["valid_acc"]))
@@ -408,7 +448,73 @@ def linear_probe(x_train, y_train, x_valid, y_valid, x_test, y_test, num_classes
     for k in ("projection", "mean", "std"):
       if k in out:
         res[k] = np.asarray(out[k])
+    if white is not None:
+      res["mean"], res["whitening"] = white
   return res
+
+
+def feature_rank(x, rel_tol=1e-6, max_rows=2000):
+  """Numerical rank of features [N, F]: the eigenvalues of the covariance of (at most the
+  first `max_rows` rows of) the centred features above `rel_tol` times the largest, in
+  float64. A collapsed representation shows here: the uniform-HMM models of issue 34 had
+  rank 4 (their 5 blocks) out of 2,048 features, at float32 precision."""
+  x = np.asarray(x, np.float64)[:max_rows]
+  x = x - x.mean(0)
+  s = np.linalg.svd(x, compute_uv=False) ** 2
+  return int(np.sum(s > rel_tol * s.max())) if s.size and s.max() > 0 else 0
+
+
+NORMALIZATIONS = ("standardize", "whiten")
+
+
+def parse_grid(lrs, weight_decays, normalizations="standardize"):
+  """The probe's hyperparameter grid from comma-separated strings (or sequences) of learning
+  rates, weight decays and feature normalisations ("standardize" | "whiten"):
+  [{"lr", "weight_decay", "whiten"}], normalisation outermost, then learning rate."""
+  def items(name, v, cast):
+    vals = [cast(str(x).strip()) for x in (v.split(",") if isinstance(v, str) else v)
+            if str(x).strip()]
+    if not vals:
+      raise ValueError(f"{name} is empty; give at least one value")
+    return vals
+
+  def norm(x):
+    if x not in NORMALIZATIONS:
+      raise ValueError(f"probe normalisation {x!r}; allowed: {NORMALIZATIONS}")
+    return x == "whiten"
+  return [{"lr": lr, "weight_decay": wd, "whiten": w}
+          for w in items("probe normalisations", normalizations, norm)
+          for lr in items("probe lrs", lrs, float)
+          for wd in items("probe weight decays", weight_decays, float)]
+
+
+def linear_probe_selected(x_train, y_train, x_valid, y_valid, x_test, y_test, num_classes, *,
+                          grid=({"lr": 1e-3, "weight_decay": 0.0},), **kwargs):
+  """`linear_probe` at every setting of `grid`, the setting chosen on the valid split.
+
+  Each setting (a dict of `linear_probe` keyword arguments, e.g. {"lr", "weight_decay"}) is
+  trained with all the probe seeds; the one with the highest mean (over seeds) best-epoch
+  valid accuracy is kept, the first in `grid` order on ties. Test accuracy takes no part in
+  the choice: only the chosen setting's test accuracies are returned.
+
+  Returns the chosen setting's `linear_probe` result plus "chosen" (its setting) and
+  "selection" ([{**setting, "valid_acc_mean"}] for every setting, in `grid` order).
+  """
+  grid = [dict(g) for g in grid]
+  if not grid:
+    raise ValueError("grid is empty; give at least one setting")
+  best, selection = None, []
+  for setting in grid:
+    clash = set(setting) & set(kwargs)
+    if clash:
+      raise ValueError(f"{sorted(clash)} are set both in the grid and as keyword arguments")
+    r = linear_probe(x_train, y_train, x_valid, y_valid, x_test, y_test, num_classes,
+                     **setting, **kwargs)
+    selection.append({**setting, "valid_acc_mean": r["valid_acc_mean"]})
+    if best is None or r["valid_acc_mean"] > best[1]["valid_acc_mean"]:
+      best = (setting, r)
+  setting, res = best
+  return {**res, "chosen": setting, "selection": selection}
 
 
 # ----------------------------------------------------------------------------

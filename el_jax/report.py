@@ -385,7 +385,7 @@ def _step(cur, seg, where, at):
 
 
 def f(x, d=3):
-  return f"{x:.{d}f}"
+  return "n/a" if x is None else f"{x:.{d}f}"
 
 
 def sf(x, d=3):
@@ -1260,9 +1260,106 @@ def _mlm_sizes_change(R, rel):
              "Holm p (over the table)", "over"], rows)
 
 
+def _acc_cell(r):
+  """"12.34 (0.56)": a probe / fine-tuning result's test accuracy %, mean (std over seeds)."""
+  return f"{100 * r['test_acc_mean']:.2f} ({100 * r['test_acc_std']:.2f})"
+
+
+def _chosen(r):
+  """The probe's hyperparameters chosen on valid ("lr 0.001, wd 0"), "-" if not recorded."""
+  c = r.get("chosen")
+  if not c:
+    return "-"
+  return (f"{'whitened' if c.get('whiten') else 'standardised'}, lr {c['lr']:g}, "
+          f"wd {c['weight_decay']:g}")
+
+
+@table("mlm_sanity")
+def _mlm_sanity(R, rel):
+  """The sanity rows of an mlm_flatness file's probe (and fine-tuning) table (issue 34), on the
+  same test split and with the same protocol: majority class, (HMM) the block alone, the Bayes
+  classifier, the lookup table's probe, each random init's probe, then the trained models'
+  (the first and last point of each model seed, or each size); with each probe's
+  hyperparameters chosen on valid and its features' numerical rank."""
+  d = R.load(f"{MLM}/{rel}")
+  if "sanity" not in d:  # written before issue 34: its probe table has no sanity rows
+    return ("*No sanity rows* (majority class, Bayes, lookup table, random init: "
+            f"`results/{MLM}/{rel}` was written before `el_jax.mlm_measure.Measurer.sanity` "
+            "existed; re-running its command adds them).")
+  (task, s), = d["sanity"].items()
+  bayes = ("Bayes: posterior of the hidden state (forward-backward)" if d["language"] == "hmm"
+           else "Bayes: the inside algorithm (the label is its argmax)")
+
+  def probe_row(name, r):
+    rank = f"{r['feature_rank']} of {r['num_features']}" if "feature_rank" in r else "-"
+    return [name, _acc_cell(r), _chosen(r), rank]
+  rows = [["majority class", f"{100 * s['majority']:.2f}", "-", "-"]]
+  if "block_majority" in s:
+    rows.append(["the block alone (majority class of the sentence's block)",
+                 f"{100 * s['block_majority']:.2f}", "-", "-"])
+  rows += [[bayes, f"{100 * s['bayes']:.2f}", "-", "-"],
+           probe_row("lookup table (exact conditionals) probe", s["lookup_table"])]
+  sized = d["figure"] != "training"
+  for k, r in s["random_init"].items():
+    rows.append(probe_row(f"random init ({'size ' if sized else 'model seed '}{k}) probe", r))
+  if sized:
+    for p in d["points"]:
+      rows.append(probe_row(f"trained, size {p['size']} probe", p["probe"][task]))
+  else:
+    key = f"{_CONT[d.get('continued_with', 'sgd')][1]}_step"
+    steps = sorted({p[key] for p in d["points"]})
+    for p in d["points"]:
+      if p[key] in (steps[0], steps[-1]):
+        rows.append(probe_row(f"trained (model seed {p['seed']}, step {p[key]}) probe",
+                              p["probe"][task]))
+  for k, r in s.get("fine_tune_random_init", {}).items():
+    rows.append([f"random init (model seed {k}) fine-tuned", _acc_cell(r), "-", "-"])
+  if not sized:
+    for p in d["points"]:
+      if "fine_tune" in p:
+        rows.append([f"trained (model seed {p['seed']}, step {p[key]}) fine-tuned",
+                     _acc_cell(p["fine_tune"][task]), "-", "-"])
+  name = f"task-{task}" if d["language"] == "hmm" else f"task {task}"
+  return md([f"{name}, {s['num_test']} test examples", "test acc % (std over seeds)",
+             "probe settings (chosen on valid)", "feature rank (of width)"], rows)
+
+
+@table("mlm_vs_random_init")
+def _mlm_vs_random_init(R, rel):
+  """The trained models' probe against their random inits (comparison.vs_random_init)."""
+  d = R.load(f"{MLM}/{rel}")
+  rows = []
+  for task, c in d["comparison"]["vs_random_init"].items():
+    rows.append([f"task {task} probe: trained - random init",
+                 f"{100 * c['mean_b']:.2f} -> {100 * c['mean_a']:.2f}", f"{100 * c['diff']:+.2f}",
+                 pval(c["p_value"]), f"{c['trained_above_random_in']} of {len(c['keys'])}",
+                 f"{c['n_a']} vs {c['n_b']} {c['over']}"])
+  return md(["comparison", "random init -> trained", "difference", "permutation p",
+             "trained above its random init in", "over"], rows)
+
+
 # --- seed 002: adversarial pretraining (Tables 1-2) ---------------------------------
 
 ADV = "adversarial_pretraining/table.json"
+
+
+@table("adversarial_sanity")
+def _adversarial_sanity(R):
+  """Tables 1-2's sanity rows (issue 34): per task the majority class, the Bayes classifier
+  (1: the label is the inside algorithm's argmax) and the probe on the random init of model
+  seed 0, beside the lookup table's and the trained models' probes in the table above."""
+  d = R.load(ADV)
+  if "sanity" not in d:
+    return ("*No sanity rows* (majority class, Bayes, random init: "
+            f"`results/{ADV}` was written before `el_jax.mlm_measure.Measurer.sanity` existed; "
+            "re-running its command adds them).")
+  rows = []
+  for task, s in d["sanity"].items():
+    rows += [[f"task {task}: majority class", f"{100 * s['majority']:.2f}", "-"],
+             [f"task {task}: Bayes (the inside algorithm)", f"{100 * s['bayes']:.2f}", "-"]]
+    for k, r in s["random_init"].items():
+      rows.append([f"task {task}: random init (model seed {k}) probe", _acc_cell(r), _chosen(r)])
+  return md(["row", "test acc % (std over seeds)", "probe settings (chosen on valid)"], rows)
 
 
 @table("adversarial_table")

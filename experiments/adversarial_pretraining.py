@@ -265,7 +265,11 @@ def measure(args, normal_cfg, adv_cfg, normal_dir, chosen_dir):
   lookup["probe"], _ = probe_all(
       m.tasks, lambda s: downstream.lookup_table_features(lang, s.tokens, s.lengths), args)
   models["lookup_table"] = lookup
-  return models, compare_models(models, list(m.tasks)), settings
+  # Sanity rows (issue 34): majority class, Bayes (1: the label is the inside algorithm's
+  # argmax), and the probe on the random init of model seed 0 (the lookup table is above).
+  print("measuring the sanity rows (majority, Bayes, random init)", flush=True)
+  sanity = m.sanity((0,), lookup=False)
+  return models, compare_models(models, list(m.tasks)), settings, sanity
 
 
 def compare_models(models, tasks):
@@ -392,11 +396,13 @@ def main(argv=None):
   g.run([chosen])
   adv_cfg, chosen_dir = g.runs[chosen].config(), g.rows[chosen]["workdir"]
   t_train = time.time() - t0
-  models, comparisons, settings = measure(args, normal_cfg, adv_cfg, normal_dir, chosen_dir)
+  models, comparisons, settings, sanity = measure(args, normal_cfg, adv_cfg, normal_dir,
+                                                  chosen_dir)
   models["adversarial"]["training"] = adversary_curve(chosen_dir, n)
   models["adamw"]["training"] = adversary_curve(normal_dir, n)
   result = {
-      "size": args.size, "models": models, "comparisons": comparisons, "pilot": pil,
+      "size": args.size, "models": models, "comparisons": comparisons, "sanity": sanity,
+      "pilot": pil,
       "adversarial": adv_cfg.adversarial.to_dict(), "paper": PAPER,
       "config_adamw": g.rows[NORMAL]["config"], "config_adversarial":
       g.rows[chosen]["config"], "measurement": dataclasses.asdict(settings),

@@ -24,6 +24,15 @@ measured on its saved checkpoints:
   AdamW lr 1e-3, the epoch chosen on the valid split, test accuracy reported,
   mean and std over 5 probe seeds) on PCFG task C or HMM task-10 (and the
   other tasks with --tasks);
+* the probe's feature normalisation (--probe_normalizations: per-feature standardisation and /
+  or PCA whitening), learning rate (--probe_lrs) and weight decay (--probe_weight_decays) are
+  chosen on the valid split per model (`el_jax.probe.linear_probe_selected`);
+* sanity rows (`el_jax.mlm_measure.Measurer.sanity`, issue 34; `sanity` in the JSON), measured
+  on the same splits with the same protocol: the majority class, for the HMM the block alone,
+  the Bayes classifier (HMM: the forward-backward posterior; PCFG: 1, the label is the inside
+  algorithm's argmax), the paper's lookup table and the random init of every pre-training
+  seed (every size for Figures 2 / 5), and with fine-tuning the random inits fine-tuned;
+  `comparison.vs_random_init` tests the trained models' probe against their inits;
 * with --fine_tune_seeds (e.g. 0,1; training figure only), fine-tuning accuracy at the first
   and the last measured checkpoint (`el_jax.probe.fine_tune`, the paper's protocol: the whole
   encoder and a head on the first position, AdamW lr 1e-4, 200 warmup steps, batch 32,
@@ -61,7 +70,12 @@ least common multiple of the widths), where Tr(H) is measured in one
 parameterisation (their outputs, hence loss and probe accuracy, are unchanged;
 checked).
 
-Writes <out>/<figure>_<language>.json (training_adamw_<language>.json for Fig. 1; the measured `points`, the `comparison`
+--hmm=contextual trains and probes on an HMM whose hidden states the context identifies (4
+blocks, Dirichlet(0.1) transition and Dirichlet(0.4) emission rows; `HMMS`): on the default
+draw the context beyond the block is worth ~0.006 nats of MLM loss, so the models learn the
+block alone and no probe of them can say anything about transfer (issue 34).
+
+Writes <out>/<figure>_<language>[_<hmm>].json (training_adamw_<language>.json for Fig. 1; the measured `points`, the `comparison`
 and the grid's `rows` of the runs; paper numbers beside ours) and .png (the
 training figure by `el_jax.plots.metric_over_steps`).
 
@@ -105,6 +119,35 @@ PAPER = {
                  "trace": [19.8, 12.6], "probe": [40.4, 50.5]},
 }
 SIZES = "64/1/1/256,128/2/4/512,192/3/5/768,256/4/6/1024"
+# --hmm: the HMM's data overrides (configs/hmm_mlm.py). "uniform" is the default draw (Uniform(0,
+# 1) in-block weights, 5 blocks), on which the hidden state is barely identifiable: the context
+# beyond the block is worth ~0.001 nats of MLM loss and task-10's Bayes accuracy is ~10% (issue
+# 34), so no probe can tell models apart. "contextual": 4 blocks, Dirichlet(0.1) transition and
+# Dirichlet(0.4) emission rows: optimal loss ~3.77 (the paper's 3.758), context worth ~0.08
+# nats, task-10 Bayes ~46% against 26% from the word at that position alone.
+HMMS = {"uniform": {},
+        "contextual": {"data.num_blocks": 4, "data.trans_concentration": 0.1,
+                       "data.emit_concentration": 0.4}}
+
+
+def hmm_overrides(language, args):
+  """The data overrides of --hmm for the HMM ({} for the PCFG)."""
+  return dict(HMMS[args.hmm]) if language == "hmm" else {}
+
+
+def run_prefix(language, args):
+  """The run labels' prefix: the language, plus the HMM when not the default."""
+  return language + (f"_{args.hmm}" if language == "hmm" and args.hmm != "uniform" else "")
+
+
+def out_stem(args):
+  """<figure>[_<continuation>]_<language>[_<hmm>]: the JSON / PNG name (the default HMM keeps the
+  names of the files written before --hmm existed)."""
+  stem = (f"{args.figure}_{args.language}" if args.continue_with == "sgd"
+          else f"{args.figure}_{args.continue_with}_{args.language}")
+  if args.language == "hmm" and args.hmm != "uniform":
+    stem += f"_{args.hmm}"
+  return stem
 
 
 def parse_size(s):
@@ -154,10 +197,12 @@ def pilot_lr(g, language, args, seeds, base_dir, base_steps):
   start = _mean_eval(base_dir, seeds, base_steps)
   chosen, trials = None, {}
   for lr in sorted(float(x) for x in args.sgd_lrs.split(",")):
-    label = (f"{language}_pilot_lr{lr:g}" if opt == "sgd"
-             else f"{language}_{NAME[opt]}_pilot_lr{lr:g}")
+    prefix = run_prefix(language, args)
+    label = (f"{prefix}_pilot_lr{lr:g}" if opt == "sgd"
+             else f"{prefix}_{NAME[opt]}_pilot_lr{lr:g}")
     g.add(label, f"{language}_mlm", args.size,
-          continue_overrides(args, base_dir, lr, args.pilot_steps, args.pilot_steps, opt),
+          {**hmm_overrides(language, args),
+           **continue_overrides(args, base_dir, lr, args.pilot_steps, args.pilot_steps, opt)},
           seeds=seeds, phase="pilot", **{f"{NAME[opt]}_lr": lr})
     g.run([label])
     end = _mean_eval(g.rows[label]["workdir"], seeds, args.pilot_steps)
@@ -179,15 +224,17 @@ def figure_training(language, args, path):
   name = NAME[opt]
   step_key = f"{name}_step"
   g = grid_lib.Grid(path, runs_dir=args.runs, reuse_rows=False)
-  base = f"{language}_adamw"
-  g.add(base, f"{language}_mlm", args.size, seeds=seeds, phase="adamw")
+  base = f"{run_prefix(language, args)}_adamw"
+  g.add(base, f"{language}_mlm", args.size, hmm_overrides(language, args), seeds=seeds,
+        phase="adamw")
   (base_row,) = g.run([base])
   base_dir, base_steps = base_row["workdir"], base_row["config"]["train"]["num_steps"]
   lr, start, trials = pilot_lr(g, language, args, seeds, base_dir, base_steps)
-  cont = f"{language}_{name}"
+  cont = f"{run_prefix(language, args)}_{name}"
   g.add(cont, f"{language}_mlm", args.size,
-        continue_overrides(args, base_dir, lr, args.sgd_steps, args.every, opt), seeds=seeds,
-        phase=name, **{f"{name}_lr": lr})
+        {**hmm_overrides(language, args),
+         **continue_overrides(args, base_dir, lr, args.sgd_steps, args.every, opt)},
+        seeds=seeds, phase=name, **{f"{name}_lr": lr})
   g.run([cont])
   cont_dir = g.rows[cont]["workdir"]
   cfg = g.runs[cont].config()
@@ -213,12 +260,50 @@ def figure_training(language, args, path):
                       for k, v in row.get("fine_tune", {}).items()), flush=True)
   comparison = (_trend(points, step_key) if len(seeds) == 1
                 else _trend_over_seeds(points, step_key, seeds))
-  return g, {"figure": "training", "language": language, "size": args.size,
+  print("sanity rows (majority, Bayes, lookup table, random init)", flush=True)
+  sanity = m.sanity(seeds, fine_tune=bool(args.fine_tune_seeds))
+  last = max(p[step_key] for p in points)
+  comparison["vs_random_init"] = vs_random_init(
+      {str(p["seed"]): p for p in points if p[step_key] == last}, sanity)
+  _print_sanity(sanity)
+  return g, {"figure": "training", "language": language, "size": args.size, "hmm": args.hmm,
+             "sanity": sanity,
              "continued_with": opt, "adamw_run": base_dir, f"{name}_run": cont_dir,
              f"{name}_lr": lr, "pilot": trials, "pilot_start_valid_loss": start,
              "points": points, "comparison": comparison, "config": g.rows[cont]["config"],
              "paper": PAPER["training" if opt == "sgd" else "training_adamw"],
              "ran_on": provenance.ran_on(), "wall_s": round(time.time() - t0, 1)}
+
+
+def vs_random_init(trained, sanity):
+  """{task: the trained models' probe against the random init's}: `trained` is {key: point}
+  with the same keys as each task's sanity["random_init"] (model seeds, or sizes). One model:
+  over its probe seeds (`stats.compare`, say whether this model beats its own init); several:
+  over the models (one mean per model), paired by key. Not in the Holm family of the
+  comparison: a sanity check that the probe sees the model (issue 34)."""
+  out = {}
+  for task, row in sanity.items():
+    keys = [k for k in row["random_init"] if k in trained]
+    if len(keys) == 1:
+      a = trained[keys[0]]["probe"][task]["test_acc"]
+      b = row["random_init"][keys[0]]["test_acc"]
+      over = "probe seeds of one model"
+    else:
+      a = [trained[k]["probe"][task]["test_acc_mean"] for k in keys]
+      b = [row["random_init"][k]["test_acc_mean"] for k in keys]
+      over = "models"
+    out[task] = {**stats.compare(a, b), "keys": keys, "over": over,
+                 "trained_above_random_in": int(sum(
+                     trained[k]["probe"][task]["test_acc_mean"]
+                     > row["random_init"][k]["test_acc_mean"] for k in keys))}
+  return out
+
+
+def _print_sanity(sanity):
+  for task, r in sanity.items():
+    rnd = ", ".join(f"{k} {v['test_acc_mean']:.4f}" for k, v in r["random_init"].items())
+    print(f"task {task}: majority {r['majority']:.4f}, Bayes {r['bayes']:.4f}, lookup-table "
+          f"probe {r['lookup_table']['test_acc_mean']:.4f}, random-init probe {rnd}", flush=True)
 
 
 def _with_holm(out):
@@ -332,8 +417,9 @@ def train_sizes(language, args, path):
                     reuse_from=runner.run_dirs(os.path.join(args.runs, "*")))
   steps = {"train.num_steps": args.size_steps} if args.size_steps else {}
   for s in args.sizes.split(","):
-    g.add(f"{language}_size_{s.replace('/', '-')}", f"{language}_mlm", args.size,
-          {**parse_size(s), **steps}, seeds=(0,), model_size=s)
+    g.add(f"{run_prefix(language, args)}_size_{s.replace('/', '-')}", f"{language}_mlm", args.size,
+          {**hmm_overrides(language, args), **parse_size(s), **steps}, seeds=(0,),
+          model_size=s)
   g.run()
   return g, {r.extra["model_size"]: (r.config(), g.rows[label]["workdir"])
              for label, r in g.runs.items()}
@@ -348,7 +434,8 @@ def figure_size(language, args, path, embedded=False):
   if embedded and args.embed_into:
     # An architecture that is only measured, never trained: the smallest one whose widths
     # are multiples of every size's (the paper's Table 4 takes the least common multiple).
-    big_cfg = grid_lib.make_config(f"{language}_mlm", args.size, parse_size(args.embed_into),
+    big_cfg = grid_lib.make_config(f"{language}_mlm", args.size,
+                                   {**hmm_overrides(language, args), **parse_size(args.embed_into)},
                                    seeds=(0,))
   big = _measurer(big_cfg, args, language) if embedded else None
   points = []
@@ -374,10 +461,24 @@ def figure_size(language, args, path, embedded=False):
     print(f"{language} size {s}: valid loss {row['valid_mlm_loss']:.4f} Tr(H) B.1 "
           f"{row['trace_b1']:.3f} +- {row['trace_b1_std']:.3f}; probe " + ", ".join(
               f"{k} {v['test_acc_mean']:.4f}" for k, v in row["probe"].items()), flush=True)
+  # Sanity rows: the language's (majority, Bayes, lookup table) once, and the random init of
+  # every size (its own architecture, model seed 0), keyed by size.
+  sanity = None
+  for s, (cfg, _) in runs.items():
+    m = _measurer(cfg, args, language)
+    r = m.sanity((0,), language_rows=sanity is None)
+    if sanity is None:
+      sanity = {task: {**row, "random_init": {}} for task, row in r.items()}
+    for task, row in r.items():
+      sanity[task]["random_init"][s] = row["random_init"]["0"]
+  comparison = _trend(points, "size")
+  comparison["vs_random_init"] = vs_random_init({p["size"]: p for p in points}, sanity)
+  _print_sanity(sanity)
   fig = "embedded" if embedded else "size"
   return g, {"figure": fig, "language": language, "size": args.size, "points": points,
+             "hmm": args.hmm, "sanity": sanity,
              "embedded_into": (args.embed_into or largest) if embedded else None,
-             "comparison": _trend(points, "size"), "paper": PAPER[fig],
+             "comparison": comparison, "paper": PAPER[fig],
              "configs": {s: runner.config_dict(c) for s, (c, _) in runs.items()},
              "ran_on": provenance.ran_on(), "wall_s": round(time.time() - t0, 1)}
 
@@ -452,6 +553,9 @@ def main(argv=None):
   ap.add_argument("--runs", default="runs/mlm_flatness", help="training workdirs (reused)")
   ap.add_argument("--out", default="results/mlm_flatness")
   ap.add_argument("--tasks", default=None, help="downstream tasks (default C for pcfg, 10 for hmm)")
+  ap.add_argument("--hmm", choices=sorted(HMMS), default="uniform",
+                  help="the HMM (--language=hmm): uniform (the default draw of configs/hmm_mlm.py) "
+                       "or contextual (hidden states identifiable from the context; see HMMS)")
   ap.add_argument("--continue_with", choices=sorted(NAME), default="sgd",
                   help="training figure: the optimizer that continues after the AdamW "
                        "pre-training (sgd: Fig. 3; adamw: Fig. 1)")
@@ -483,6 +587,13 @@ def main(argv=None):
   ap.add_argument("--probe_test", type=int, default=2000)
   ap.add_argument("--probe_epochs", type=int, default=100)
   ap.add_argument("--probe_data_seed", type=int, default=0)
+  ap.add_argument("--probe_lrs", default="0.001",
+                  help="probe learning rates, comma-separated: chosen on valid per model")
+  ap.add_argument("--probe_weight_decays", default="0",
+                  help="probe AdamW weight decays, comma-separated: chosen on valid per model")
+  ap.add_argument("--probe_normalizations", default="standardize",
+                  help="probe feature normalisations, comma-separated (standardize, whiten): "
+                       "chosen on valid per model")
   ap.add_argument("--fine_tune_seeds", default="",
                   help="training figure: also fine-tune (the paper's protocol) at the first "
                        "and last measured checkpoint with these seeds, e.g. 0,1 (\"\" = no)")
@@ -509,8 +620,7 @@ def main(argv=None):
     raise ValueError(f"--fine_tune_epochs={args.fine_tune_epochs} must be >= 1")
   if args.figure != "training" and args.seeds != [0]:
     raise ValueError("--seeds is for --figure=training; Figures 2 / 5 train seed 0")
-  stem = os.path.join(args.out, f"{args.figure}_{args.language}" if args.continue_with == "sgd"
-                      else f"{args.figure}_{args.continue_with}_{args.language}")
+  stem = os.path.join(args.out, out_stem(args))
   if args.figure == "training":
     g, result = figure_training(args.language, args, stem + ".json")
   else:

@@ -255,7 +255,8 @@ def train_ce_summary(workdir, num_steps, window=100):
 
   Per group: `end`, averaged over the logged steps in the last `window` steps,
   and `end_minus_500`, over the `window` steps ending 500 steps earlier (is
-  it still falling?). None if the run's metrics.jsonl is gone.
+  it still falling?). None if the run's metrics.jsonl is gone; a window with no
+  logged step (a run shorter than 500 steps) is None, not NaN.
   """
   tr = _train_rows(workdir)
   if not tr:
@@ -264,8 +265,10 @@ def train_ce_summary(workdir, num_steps, window=100):
   for key, group in (("ce_decision", "decision"), ("ce_rest", "rest")):
     steps, mean, _, _ = plots.seed_band(tr, key)
     steps, mean = np.asarray(steps), np.asarray(mean)
-    out[group] = {name: float(mean[(steps > last - window) & (steps <= last)].mean())
-                  for name, last in (("end_minus_500", num_steps - 500), ("end", num_steps))}
+    out[group] = {}
+    for name, last in (("end_minus_500", num_steps - 500), ("end", num_steps)):
+      inside = (steps > last - window) & (steps <= last)
+      out[group][name] = float(mean[inside].mean()) if inside.any() else None
   return out
 
 

@@ -2,6 +2,7 @@
 user would (a subprocess on the `test` configs) and check what it leaves behind."""
 import hashlib
 import os
+import platform
 import subprocess
 import sys
 import tempfile
@@ -28,8 +29,59 @@ def fast_compile_env(base):
   return e
 
 
+# Under these settings the suite's trained numbers do not depend on the CPU (x86-64 with AVX2
+# and FMA; docs/testing.md, "Across CPUs"): bit for bit the same on an AVX-512 Zen 4 and an
+# emulated AVX2-only Haswell (QEMU), and at 1, 2 and 16 threads. Three libraries of jaxlib /
+# SciPy pick their kernels from the CPU they run on:
+# * YNNPACK, which XLA:CPU (jax 0.10.2) hands most dots, large reductions and some element-wise
+#   ops to: AVX-512, AVX2 + FMA and AVX kernels sum in different orders. With the first flag
+#   XLA asks it for its consistent-arithmetic kernels (the same results on any CPU one build
+#   runs on).
+# * oneDNN's sgemm, the kernel of the Eigen contractions that run the dots YNNPACK does not
+#   take (e.g. the weight gradients, X^T dY): AVX-512 and AVX2 kernels. The environment
+#   variable makes Eigen use its own kernel (compiled into jaxlib for one ISA), and the second
+#   flag runs those contractions on one thread (Eigen blocks and shards k by thread count).
+# * OpenBLAS (SciPy's, which jaxlib calls for the LAPACK ops of jitted code, e.g. the
+#   adversary's Cholesky; NumPy's): fixed to its Haswell kernels (AVX2 + FMA) and one thread
+#   (its Cholesky and triangular solves round differently on 1, 2 and 16 threads).
+CROSS_CPU_XLA_FLAGS = ("--xla_cpu_enable_platform_dependent_math=false",
+                       "--xla_cpu_multi_thread_eigen=false")
+CROSS_CPU_ENV = {"TENSORFLOW_USE_CUSTOM_CONTRACTION_KERNEL": "false",
+                 "OPENBLAS_NUM_THREADS": "1"}  # + OPENBLAS_CORETYPE=Haswell on AVX2 + FMA
+
+
+def has_avx2_fma():
+  """Whether this is an x86-64 CPU with AVX2 and FMA (Linux's /proc/cpuinfo; False elsewhere)."""
+  if platform.machine().lower() not in ("x86_64", "amd64"):
+    return False
+  try:
+    with open("/proc/cpuinfo") as f:
+      for line in f:
+        if line.startswith("flags"):
+          return {"avx2", "fma"} <= set(line.split(":", 1)[1].split())
+  except OSError:
+    pass
+  return False
+
+
+def suite_env(base):
+  """`base` (an environment dict) with the suite's settings: `fast_compile_env` and the
+  cross-CPU ones above (an XLA flag already in XLA_FLAGS, with any value, is left as it is;
+  OpenBLAS's Haswell kernels only on a CPU that has them)."""
+  e = fast_compile_env(base)
+  flags = e.get("XLA_FLAGS", "")
+  for flag in CROSS_CPU_XLA_FLAGS:
+    if flag.split("=")[0] not in flags:
+      flags = (flags + " " + flag).strip()
+  e["XLA_FLAGS"] = flags
+  e.update(CROSS_CPU_ENV)
+  if has_avx2_fma():
+    e["OPENBLAS_CORETYPE"] = "Haswell"
+  return e
+
+
 def env(**extra):
-  e = fast_compile_env(dict(os.environ, JAX_PLATFORMS="cpu", EL_JAX_LOG_EVERY_S="10"))
+  e = suite_env(dict(os.environ, JAX_PLATFORMS="cpu", EL_JAX_LOG_EVERY_S="10"))
   e.pop("EL_JAX_VERBOSE", None)
   e.update({k: str(v) for k, v in extra.items()})
   return e

@@ -17,7 +17,7 @@ CONFIG_FILES = sorted(p for p in glob.glob(os.path.join(ROOT, "configs", "*.py")
 
 
 def _run_main(*args):
-  env = reliability.fast_compile_env(dict(os.environ, JAX_PLATFORMS="cpu"))
+  env = reliability.suite_env(dict(os.environ, JAX_PLATFORMS="cpu"))
   return subprocess.run([sys.executable, "-m", "el_jax.main", *args], cwd=ROOT, env=env,
                         capture_output=True, text=True, timeout=120)
 

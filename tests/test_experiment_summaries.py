@@ -29,6 +29,9 @@ def test_train_ce_summary_is_the_seed_mean_over_each_window(tmp_path):
     np.testing.assert_allclose(got[group]["end_minus_500"],
                                both[(steps > 400) & (steps <= 500)].mean(), rtol=1e-12)
   assert _script("path_star_table1").train_ce_summary(str(tmp_path / "gone"), 1000) is None
+  # A run shorter than 500 steps has no window 500 steps before its end: None, not NaN.
+  short = _script("path_star_table1").train_ce_summary(str(tmp_path), 450)
+  assert short["decision"]["end_minus_500"] is None and short["decision"]["end"] is not None
 
 
 def test_data_coverage_counts_easy_test_letters_seen_in_training():

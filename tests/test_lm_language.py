@@ -253,7 +253,7 @@ def test_empty_generator_is_refused_when_built(tmp_path):
 
 
 def test_missing_generator_through_the_cli_is_one_line(tmp_path):
-  env = reliability.fast_compile_env(dict(os.environ, JAX_PLATFORMS="cpu"))
+  env = reliability.suite_env(dict(os.environ, JAX_PLATFORMS="cpu"))
   proc = subprocess.run([sys.executable, "-m", "el_jax.main", "--config=configs/lm_mlm.py:test",
                          "--config.data.generator=/no/such/gpt2", f"--workdir={tmp_path / 'w'}"],
                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)

@@ -324,3 +324,29 @@ def test_config_errors_name_the_field(case, tmp_path):
     assert frag in str(e.value), str(e.value)
   with pytest.raises(ValueError, match=r"data.length=17 .* <= data.max_len_tokens=16"):
     train.validate_config(_config("hmm_mlm", tmp_path, **{"data.length": 17}))
+
+
+def test_hmm_concentrations_default_to_the_uniform_draw_everywhere():
+  """data.trans_concentration / emit_concentration = 0 (issue 34) is the draw every run before
+  them used: same language, same corpus cache key, and configs written without the fields
+  compare equal (inert); a nonzero value is a different HMM, key and config."""
+  from el_jax import config as config_lib
+  new = runner.get_config("hmm_mlm", "cpu")
+  assert new.data.trans_concentration == new.data.emit_concentration == 0.0
+  flat = config_lib.flatten(config_lib.config_dict(new))
+  old = {k: v for k, v in flat.items() if "concentration" not in k}
+  assert not config_lib.config_diff(old, flat)
+  import ml_collections
+  d_old = ml_collections.ConfigDict({k: v for k, v in new.data.items()
+                                     if "concentration" not in k})
+  assert mlm_data.cache_key(new.data) == mlm_data.cache_key(d_old)
+  lang = mlm_data.language(new.data)
+  np.testing.assert_array_equal(lang.trans, hmm_lib.HMM.random_block_diagonal(
+      100, 200, 5, seed=0).trans)
+  ctx = runner.get_config("hmm_mlm", "cpu", {"data.trans_concentration": 0.1})
+  assert config_lib.config_diff(flat, config_lib.flatten(config_lib.config_dict(ctx))) == \
+      ["data.trans_concentration"]
+  assert mlm_data.cache_key(ctx.data)["trans_concentration"] == 0.1
+  with pytest.raises(ValueError, match="data.emit_concentration=-1.0 must be a number >= 0"):
+    mlm_data.check_data_config(runner.get_config(
+        "hmm_mlm", "cpu", {"data.emit_concentration": -1.0}).data)

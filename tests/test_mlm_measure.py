@@ -16,10 +16,12 @@ SMALL = dict(tasks="C", probe_train=16, probe_valid=8, probe_test=8, probe_epoch
 def test_settings_from_args_takes_its_fields_and_needs_them_all():
   args = argparse.Namespace(**SMALL, probe_data_seed=3, flat_inputs=4, flat_reps=2,
                             fisher_samples=5, hutchinson_probes=6, chunk=1, figure="size",
-                            fine_tune_seeds="0,1", fine_tune_epochs=2)
+                            fine_tune_seeds="0,1", fine_tune_epochs=2, probe_lrs="0.01,0.001",
+                            probe_weight_decays="0", probe_normalizations="standardize,whiten")
   s = mlm_measure.Settings.from_args(args)
   assert (s.tasks, s.probe_data_seed, s.flat_inputs, s.fisher_samples, s.chunk,
-          s.fine_tune_seeds, s.fine_tune_epochs) == ("C", 3, 4, 5, 1, "0,1", 2)
+          s.fine_tune_seeds, s.fine_tune_epochs, s.probe_lrs) == ("C", 3, 4, 5, 1, "0,1", 2,
+                                                                  "0.01,0.001")
   with pytest.raises(AttributeError, match="probe_data_seed"):
     mlm_measure.Settings.from_args(argparse.Namespace(**SMALL))
 
@@ -53,3 +55,41 @@ def test_eval_row_reads_the_last_eval_row_of_the_seed_and_step(tmp_path):
       {"valid_mlm_loss": 8.0}
   with pytest.raises(ValueError, match="no eval row at step 20.*train.eval_every"):
     mlm_measure.eval_row(str(tmp_path), 0, 20)
+
+
+def test_sanity_rows_and_two_pretrained_models_give_different_per_seed_results(tmp_path,
+                                                                               monkeypatch):
+  """Two independently pre-trained small models (hmm_mlm:test on a contextual HMM, seeds 0 and
+  1) give different per-seed probe results, and each differs from its random init; the sanity
+  rows are the downstream module's numbers on the same splits; the probe's choice of
+  normalisation and learning rate is recorded with the feature rank (issue 34)."""
+  from el_jax.data import downstream
+  monkeypatch.setenv("EL_JAX_CACHE", str(tmp_path / "cache"))
+  cfg = runner.get_config("hmm_mlm", "test", {"seeds": (0, 1), "data.trans_concentration": 0.1,
+                                              "data.emit_concentration": 0.3})
+  cfg.progress = False
+  wd = str(tmp_path / "run")
+  runner.run_or_reuse(cfg, wd, verbose=False)
+  settings = mlm_measure.Settings(tasks="6", probe_train=200, probe_valid=100, probe_test=200,
+                                  probe_epochs=4, flat_inputs=4, flat_reps=2,
+                                  probe_lrs="0.01", probe_normalizations="standardize,whiten")
+  m = mlm_measure.Measurer(cfg, settings, "hmm")
+  graphdef, step = m.trainer.graphdef, cfg.train.num_steps
+  trained = {s: m.probes(graphdef, m.params(wd, step, s))["6"] for s in (0, 1)}
+  assert trained[0]["test_acc"] != trained[1]["test_acc"]
+  sanity = m.sanity((0, 1))["6"]
+  ds = m.tasks["6"]
+  assert sanity["num_test"] == 200
+  assert sanity["majority"] == downstream.majority_accuracy(ds)
+  assert sanity["bayes"] == downstream.bayes_accuracy(m.language, ds)
+  assert sanity["block_majority"] == downstream.block_majority_accuracy(m.language, ds)
+  assert sanity["context_value"] == downstream.hmm_context_value(m.language, ds)
+  assert set(sanity["random_init"]) == {"0", "1"}
+  for s in (0, 1):
+    assert sanity["random_init"][str(s)]["test_acc"] != trained[s]["test_acc"]
+  for r in (trained[0], sanity["lookup_table"], sanity["random_init"]["0"]):
+    assert [g["whiten"] for g in r["selection"]] == [False, True]
+    assert r["chosen"] in [{k: g[k] for k in ("lr", "weight_decay", "whiten")}
+                           for g in r["selection"]]
+    assert 1 <= r["feature_rank"] <= r["num_features"]
+  assert sanity["bayes"] > sanity["majority"]

@@ -89,6 +89,11 @@ def test_two_processes_give_the_summary_of_one(runs):
   one = json.loads((runs["one"][0] / "summary.json").read_text())
   two = json.loads((runs["two"][0] / "summary.json").read_text())
   assert one["per_seed"][0]["step"] == 4 and "test_em_hard" in one["per_seed"][0]
+  # Where each ran differs by design: 1 device in 1 process, 2 devices in 2 processes.
+  r1, r2 = one.pop("ran_on"), two.pop("ran_on")
+  assert (r1["device_count"], r1["process_count"]) == (1, 1), r1
+  assert (r2["device_count"], r2["process_count"]) == (2, 2), r2
+  assert all(r1[k] == r2[k] for k in ("platform", "device_kind", "jax", "flax", "optax"))
   _close(one, two, "summary")
   _close(one["per_seed"][0], json.loads((runs["two"][0] / "seed_0" / "final.json").read_text()),
          "final.json")

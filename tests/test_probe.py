@@ -339,3 +339,189 @@ def test_downstream_cache_roundtrip_and_damage(hmm, tmp_path, capsys):
   # Other arguments, other file; the environment variable sets the default folder.
   downstream.hmm_task(hmm, 3, 20, 5, 5, seed=9, length=5)
   assert len(list((tmp_path / "cache" / "downstream").iterdir())) == 1
+
+
+# ----------------------------------------------------------------------------
+# Sanity rows: the Bayes classifier, the majority class (issue 34)
+
+
+def _brute_force_posteriors(h, tokens):
+  """[T, K] p(z_t = k | x) by enumerating every state sequence (independent of
+  forward-backward: the joint of each path, summed)."""
+  import itertools
+  t, k = len(tokens), h.num_states
+  post = np.zeros((t, k))
+  for path in itertools.product(range(k), repeat=t):
+    p = h.init[path[0]] * h.emit[path[0], tokens[0]]
+    for i in range(1, t):
+      p *= h.trans[path[i - 1], path[i]] * h.emit[path[i], tokens[i]]
+    for i, z in enumerate(path):
+      post[i, z] += p
+  return post / post.sum(1, keepdims=True)
+
+
+def test_state_posteriors_equal_brute_force_enumeration():
+  rng = np.random.default_rng(5)
+  k, v = 3, 4
+  init = rng.dirichlet(np.ones(k))
+  trans = rng.dirichlet(0.5 * np.ones(k), size=k)
+  emit = rng.dirichlet(0.7 * np.ones(v), size=k)
+  h = hmm_lib.HMM(init, trans, emit)
+  tokens, _ = h.sample(6, 5, seed=1)
+  post = h.state_posteriors_batch(tokens, chunk=4)
+  assert post.shape == (6, 5, k)
+  for i in range(6):
+    np.testing.assert_allclose(post[i], _brute_force_posteriors(h, tokens[i]), rtol=1e-10)
+
+
+def test_bayes_accuracy_hmm_is_the_posterior_argmax_and_beats_the_majority():
+  h = hmm_lib.HMM.random_block_diagonal(6, 8, 2, seed=1, trans_concentration=0.2,
+                                        emit_concentration=0.5)
+  data = downstream.hmm_task(h, 3, 200, 50, 400, seed=2, length=5, seq_len=7, cache=False)
+  pred = downstream.bayes_predictions(h, data)
+  want = [np.argmax(_brute_force_posteriors(h, data.test.tokens[i, :5])[2]) for i in range(40)]
+  np.testing.assert_array_equal(pred[:40], want)
+  acc = downstream.bayes_accuracy(h, data)
+  assert acc == np.mean(pred == data.test.labels)
+  top = np.bincount(data.train.labels, minlength=6).argmax()
+  assert downstream.majority_accuracy(data) == np.mean(data.test.labels == top)
+  assert acc > downstream.majority_accuracy(data) + 0.2
+
+
+def test_bayes_accuracy_pcfg_is_one(grammar):
+  data = downstream.pcfg_task(grammar, "C", 20, 5, 30, seed=3, seq_len=20, cache=False)
+  assert downstream.bayes_accuracy(grammar, data) == 1.0
+
+
+def test_random_block_diagonal_default_is_the_uniform_draw_and_concentration_peaks_rows():
+  a = hmm_lib.HMM.random_block_diagonal(20, 30, 2, seed=3)
+  rng = np.random.default_rng(3)  # the draw every committed result used: Uniform(0, 1) weights
+  sb, vb = hmm_lib.HMM.block_of_state(20, 2), hmm_lib.HMM.block_of_state(30, 2)
+  trans = rng.random((20, 20)) * (sb[:, None] == sb[None, :])
+  emit = rng.random((20, 30)) * (sb[:, None] == vb[None, :])
+  np.testing.assert_array_equal(a.trans, trans / trans.sum(1, keepdims=True))
+  np.testing.assert_array_equal(a.emit, emit / emit.sum(1, keepdims=True))
+  b = hmm_lib.HMM.random_block_diagonal(20, 30, 2, seed=3, trans_concentration=0.1)
+  assert np.all((b.trans > 0) <= (sb[:, None] == sb[None, :]))
+  assert b.trans.max(1).mean() > 2 * a.trans.max(1).mean()  # peaked rows
+  with pytest.raises(ValueError, match="trans_concentration"):
+    hmm_lib.HMM.random_block_diagonal(20, 30, 2, trans_concentration=-1.0)
+
+
+def test_linear_probe_selected_chooses_on_valid_only():
+  """The grid's setting with the best mean valid accuracy is kept (test takes no part: the
+  same choice whatever the test labels), its own result returned, every setting's valid
+  accuracy listed."""
+  rng = np.random.default_rng(1)
+  means = 3.0 * rng.normal(size=(4, 16))
+  sets = [_blobs(rng, n, means, 2.0) for n in (300, 200, 200)]
+  grid = probe.parse_grid("1e-5,0.03", "0")
+  assert grid == [{"lr": 1e-5, "weight_decay": 0.0, "whiten": False},
+                  {"lr": 0.03, "weight_decay": 0.0, "whiten": False}]
+  assert [g["whiten"] for g in probe.parse_grid("0.1", "0,0.01", "standardize,whiten")] == \
+      [False, False, True, True]
+  with pytest.raises(ValueError, match="normalisation 'pca'"):
+    probe.parse_grid("0.1", "0", "pca")
+  kw = dict(seeds=(0, 1), epochs=3, batch_size=32, grid=grid)
+  res = probe.linear_probe_selected(*sets[0], *sets[1], *sets[2], 4, **kw)
+  valid = [s["valid_acc_mean"] for s in res["selection"]]
+  assert res["chosen"] == grid[int(np.argmax(valid))] == grid[1]  # lr 1e-5 barely moves
+  direct = probe.linear_probe(*sets[0], *sets[1], *sets[2], 4, seeds=(0, 1), epochs=3,
+                              batch_size=32, **grid[1])
+  assert res["test_acc"] == direct["test_acc"] and res["valid_acc_mean"] == max(valid)
+  x_te, y_te = sets[2]
+  flipped = probe.linear_probe_selected(*sets[0], *sets[1], x_te, (y_te + 1) % 4, 4, **kw)
+  assert flipped["chosen"] == res["chosen"] and flipped["selection"] == res["selection"]
+  with pytest.raises(ValueError, match="both in the grid"):
+    probe.linear_probe_selected(*sets[0], *sets[1], *sets[2], 4, grid=grid, lr=0.1)
+  with pytest.raises(ValueError, match="empty"):
+    probe.parse_grid("", "0")
+
+
+def test_whitening_makes_the_probe_blind_to_how_the_features_are_scaled():
+  """Whitened, features and any invertible linear map of them give the same probe (up to
+  rounding); the map here buries the classes under one huge direction, as issue 34's trained
+  HMM models did, and the standardised probe loses them while the whitened one does not."""
+  rng = np.random.default_rng(2)
+  means = 2.0 * rng.normal(size=(4, 12))
+  sets = [_blobs(rng, n, means, 1.0) for n in (400, 200, 200)]
+  big = rng.normal(size=12)
+  a = np.eye(12) * 1e-2 + 1e2 * np.outer(np.ones(12), big)  # invertible, ill-conditioned
+  bent = [((x @ a) + 1e2 * rng.integers(0, 2, (len(x), 1)) * big).astype(np.float32)
+          for x, _ in sets]
+  kw = dict(seeds=(0, 1), epochs=20, batch_size=32, lr=0.01)
+  plain = probe.linear_probe(*sets[0], *sets[1], *sets[2], 4, whiten=True, **kw)
+  white = probe.linear_probe(bent[0], sets[0][1], bent[1], sets[1][1], bent[2], sets[2][1], 4,
+                             whiten=True, **kw)
+  std = probe.linear_probe(bent[0], sets[0][1], bent[1], sets[1][1], bent[2], sets[2][1], 4, **kw)
+  assert plain["test_acc_mean"] > 0.9
+  assert abs(white["test_acc_mean"] - plain["test_acc_mean"]) <= 0.03
+  assert std["test_acc_mean"] < plain["test_acc_mean"] - 0.2
+  mu, w = probe.whitening(sets[0][0])
+  z = (sets[0][0] - mu) @ w
+  np.testing.assert_allclose(z.T @ z / len(z), np.eye(w.shape[1]), atol=1e-8)
+  # At 1e-6 of the largest covariance eigenvalue the bent features look like rank 1, as the
+  # HMM models' did (their blocks - 1); the information below that is still there.
+  assert probe.feature_rank(bent[0]) == 1 and probe.feature_rank(sets[0][0]) == 12
+  assert probe.feature_rank(np.ones((5, 3))) == 0
+
+
+def test_block_majority_and_the_value_of_the_context():
+  """block_majority_accuracy: the most frequent training label of the sentence's block;
+  hmm_context_value: ~0 when the states of a block emit alike (knowing the block is all the
+  MLM objective needs, as on the default HMM of issue 34), large when they do not."""
+  peaked = hmm_lib.HMM.random_block_diagonal(8, 12, 2, seed=4, trans_concentration=0.1,
+                                             emit_concentration=0.2)
+  comp, words = downstream.hmm_blocks(peaked)
+  np.testing.assert_array_equal(comp, hmm_lib.HMM.block_of_state(8, 2))
+  np.testing.assert_array_equal(words, hmm_lib.HMM.block_of_state(12, 2))
+  data = downstream.hmm_task(peaked, 3, 400, 50, 300, seed=1, length=6, cache=False)
+  b_tr = words[data.train.tokens[:, 0]]
+  top = {b: np.bincount(data.train.labels[b_tr == b], minlength=8).argmax() for b in (0, 1)}
+  want = np.mean([top[b] == y for b, y in zip(words[data.test.tokens[:, 0]], data.test.labels)])
+  assert downstream.block_majority_accuracy(peaked, data) == want
+  assert downstream.hmm_context_value(peaked, data)["context_value"] > 0.1
+  alike = hmm_lib.HMM(peaked.init, peaked.trans,
+                      np.repeat(peaked.emit[[0, 4]], 4, axis=0))  # one emission row per block
+  data = downstream.hmm_task(alike, 3, 2000, 50, 300, seed=1, length=6, cache=False)
+  v = downstream.hmm_context_value(alike, data)
+  assert abs(v["context_value"]) < 0.02
+  assert v["context_value"] == v["block_unigram_mlm_loss"] - v["optimal_mlm_loss"]
+  mixed = hmm_lib.HMM(np.full(3, 1 / 3), np.full((3, 3), 1 / 3), np.full((3, 2), 0.5))
+  with pytest.raises(ValueError, match="not a block-diagonal"):
+    downstream.hmm_blocks(hmm_lib.HMM(np.full(2, 0.5), np.eye(2), np.full((2, 2), 0.5)))
+  assert downstream.hmm_blocks(mixed)[0].tolist() == [0, 0, 0]
+
+
+def test_identical_per_seed_probe_results_mean_the_features_carry_the_same_information():
+  """Issue 34's symptom, reproduced: two different representations that both encode only the
+  block of a sentence (here a one-hot block code, scaled and rotated differently, as two
+  collapsed models' features were) give the same test accuracy per probe seed on a task-k
+  whose answer needs more than the block; features that carry the words do better, and two
+  such representations give different per-seed results."""
+  h = hmm_lib.HMM.random_block_diagonal(12, 16, 3, seed=2, trans_concentration=0.1,
+                                        emit_concentration=0.3)
+  data = downstream.hmm_task(h, 4, 600, 200, 400, seed=3, length=8, cache=False)
+  _, words = downstream.hmm_blocks(h)
+  rng = np.random.default_rng(0)
+
+  def block_code(proj, sp):
+    return (np.eye(3)[words[sp.tokens[:, 0]]] @ proj).astype(np.float32)
+
+  def word_code(emb, sp):
+    return emb[sp.tokens].reshape(len(sp), -1).astype(np.float32)
+
+  def run(fn):
+    x = [fn(data.split(s)) for s in downstream.SPLITS]
+    return probe.linear_probe(x[0], data.train.labels, x[1], data.valid.labels, x[2],
+                              data.test.labels, 12, seeds=(0, 1, 2), epochs=15, batch_size=64,
+                              lr=0.01)
+  p1, p2 = rng.normal(size=(3, 24)), 50.0 * rng.normal(size=(3, 24))
+  a = run(lambda sp: block_code(p1, sp))
+  b = run(lambda sp: block_code(p2, sp))
+  assert a["test_acc"] == b["test_acc"]  # two codes of the block alone
+  assert a["test_acc_mean"] <= downstream.block_majority_accuracy(h, data) + 0.02
+  e1, e2 = rng.normal(size=(16, 6)), rng.normal(size=(16, 6))
+  c, d = run(lambda sp: word_code(e1, sp)), run(lambda sp: word_code(e2, sp))
+  assert c["test_acc"] != d["test_acc"]
+  assert min(c["test_acc_mean"], d["test_acc_mean"]) > a["test_acc_mean"] + 0.1

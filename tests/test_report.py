@@ -308,3 +308,62 @@ def test_p_values_at_their_floor_say_so():
                                       "(Holm 0.3 (floor of 3 vs 3, Holm over 3))")
   assert report.ci_cell(c3) == "none at n = 3"
   assert report.p_note({**c, "p_value": 0.2}) == "0.2"
+
+
+def test_the_sanity_table_shows_every_row_and_says_when_a_file_has_none(tmp_path):
+  """mlm_sanity (issue 34): majority, the block alone, Bayes, the lookup table's and each
+  random init's probe, then the trained models' first and last points and fine-tuning, each
+  probe with its settings chosen on valid and its features' rank; a file written before the
+  sanity rows says so instead of failing; mlm_vs_random_init reads comparison.vs_random_init."""
+  def res(acc, whiten=False, rank=None):
+    r = {"test_acc_mean": acc, "test_acc_std": 0.01,
+         "chosen": {"lr": 0.01, "weight_decay": 0.0, "whiten": whiten}}
+    if rank is not None:
+      r.update(feature_rank=rank, num_features=2048)
+    return r
+
+  def point(seed, step, acc):
+    return {"seed": seed, "sgd_step": step, "probe": {"10": res(acc, rank=4)},
+            **({"fine_tune": {"10": {"test_acc_mean": 0.05, "test_acc_std": 0.0}}}
+               if step != 4 else {})}
+  doc = {"figure": "training", "language": "hmm",
+         "points": [point(s, t, 0.05 + t / 100) for s in (0, 1) for t in (0, 4, 8)],
+         "sanity": {"10": {"num_test": 4000, "majority": 0.01, "block_majority": 0.055,
+                           "bayes": 0.105, "lookup_table": res(0.09, True, 2000),
+                           "random_init": {"0": res(0.07, True, 2030), "1": res(0.06)},
+                           "fine_tune_random_init": {"0": {"test_acc_mean": 0.04,
+                                                           "test_acc_std": 0.0}}}},
+         "comparison": {"vs_random_init": {"10": {
+             "mean_a": 0.13, "mean_b": 0.065, "diff": 0.065, "p_value": 0.33, "n_a": 2,
+             "n_b": 2, "keys": ["0", "1"], "over": "models", "trained_above_random_in": 2}}}}
+  (tmp_path / report.RESULTS / "mlm_flatness").mkdir(parents=True)
+  (tmp_path / report.RESULTS / "mlm_flatness" / "x.json").write_text(json.dumps(doc))
+  R = report.Results(str(tmp_path))
+  table = report.TABLES["mlm_sanity"](R, "x.json")
+  lines = table.splitlines()
+  assert lines[0].startswith("| task-10, 4000 test examples |")
+  names = [ln.split(" | ")[0][2:] for ln in lines[2:]]
+  assert names == ["majority class", "the block alone (majority class of the sentence's block)",
+                   "Bayes: posterior of the hidden state (forward-backward)",
+                   "lookup table (exact conditionals) probe", "random init (model seed 0) probe",
+                   "random init (model seed 1) probe", "trained (model seed 0, step 0) probe",
+                   "trained (model seed 0, step 8) probe", "trained (model seed 1, step 0) probe",
+                   "trained (model seed 1, step 8) probe",
+                   "random init (model seed 0) fine-tuned",
+                   "trained (model seed 0, step 0) fine-tuned",
+                   "trained (model seed 0, step 8) fine-tuned",
+                   "trained (model seed 1, step 0) fine-tuned",
+                   "trained (model seed 1, step 8) fine-tuned"]
+  assert "| lookup table (exact conditionals) probe | 9.00 (1.00) | whitened, lr 0.01, wd 0 | " \
+         "2000 of 2048 |" in table
+  assert "| random init (model seed 1) probe | 6.00 (1.00) | standardised, lr 0.01, wd 0 | - |" \
+      in table
+  assert "| trained (model seed 1, step 8) probe | 13.00 (1.00) | standardised, lr 0.01, wd 0 " \
+         "| 4 of 2048 |" in table
+  vs = report.TABLES["mlm_vs_random_init"](R, "x.json")
+  assert "| task 10 probe: trained - random init | 6.50 -> 13.00 | +6.50 | 0.33 | 2 of 2 | " \
+         "2 vs 2 models |" in vs
+  del doc["sanity"]
+  (tmp_path / report.RESULTS / "mlm_flatness" / "x.json").write_text(json.dumps(doc))
+  assert report.TABLES["mlm_sanity"](report.Results(str(tmp_path)), "x.json").startswith(
+      "*No sanity rows*")

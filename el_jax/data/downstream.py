@@ -368,3 +368,100 @@ def lookup_table_features(lang, tokens, lengths):
                        f"masked-LM conditionals are undefined")
     out[idx, :length] = cond
   return out.reshape(n, t * v)
+
+
+# ------------------------------------------------------- Bayes accuracy
+def bayes_predictions(lang, data, split="test"):
+  """[N] the Bayes classifier's labels for `split` of a downstream task `data` of `lang`.
+
+  HMM task-k (`data.name` "hmm_task<k>"): argmax_z p(z_k = z | the whole sentence), from
+  forward-backward (`hmm.HMM.state_posteriors_batch`) -- the best any classifier of the
+  sentence can do, in expectation. PCFG tasks A, B, C: the label is a deterministic
+  function of the sentence (the argmax of inside scores, `pcfg.task_labels`), so the
+  inside algorithm recomputes it and the Bayes accuracy is 1.
+  """
+  sp = data.split(split)
+  if data.name.startswith("hmm_task"):
+    k = int(data.name[len("hmm_task"):])
+    length = int(sp.lengths[0])
+    if np.any(sp.lengths != length):
+      raise ValueError("HMM task splits have one sentence length")
+    post = lang.state_posteriors_batch(sp.tokens[:, :length])
+    return np.argmax(post[:, k - 1], -1).astype(np.int32)
+  if data.name.startswith("pcfg_"):
+    task = data.name[len("pcfg_"):]
+    sents = [sp.tokens[i, :sp.lengths[i]] for i in range(len(sp))]
+    kept, labels, _ = pcfg.task_labels(lang, sents, task)
+    if len(kept) != len(sents):
+      raise ValueError("a sentence of the split is outside 4 < length < 32")
+    return labels.astype(np.int32)
+  raise ValueError(f"no Bayes classifier for downstream task {data.name!r}")
+
+
+def bayes_accuracy(lang, data, split="test"):
+  """Accuracy of `bayes_predictions` on `split` (HMM: the posterior's argmax; PCFG: 1)."""
+  return float(np.mean(bayes_predictions(lang, data, split) == data.split(split).labels))
+
+
+def majority_accuracy(data, split="test"):
+  """Accuracy on `split` of always answering the most frequent training label."""
+  top = np.bincount(data.train.labels, minlength=data.num_classes).argmax()
+  return float(np.mean(data.split(split).labels == top))
+
+
+# --------------------------------------------- HMM: what the block alone gives
+def hmm_blocks(h):
+  """(state block [K], word block [V]) of a block-diagonal HMM: the connected components of
+  its transitions, and of each word the component of the states that emit it (ValueError if
+  a word is emitted from two components, i.e. the HMM is not block-diagonal)."""
+  k = h.num_states
+  comp = -np.ones(k, np.int64)
+  nxt = 0
+  adj = (h.trans > 0) | (h.trans.T > 0)
+  for s0 in range(k):
+    if comp[s0] >= 0:
+      continue
+    stack, comp[s0] = [s0], nxt
+    while stack:
+      u = stack.pop()
+      for v in np.nonzero(adj[u] & (comp < 0))[0]:
+        comp[v] = nxt
+        stack.append(v)
+    nxt += 1
+  words = -np.ones(h.vocab_size, np.int64)
+  for w in range(h.vocab_size):
+    c = np.unique(comp[h.emit[:, w] > 0])
+    if c.size > 1:
+      raise ValueError(f"word {w} is emitted from {c.size} blocks: not a block-diagonal HMM")
+    if c.size:
+      words[w] = c[0]
+  return comp, words
+
+
+def block_majority_accuracy(h, data, split="test"):
+  """HMM task-k: accuracy on `split` of answering, for each sentence, the most frequent
+  training label among the training sentences of its block (the block is read off any word,
+  `hmm_blocks`). What a representation that encodes only the block can reach."""
+  _, words = hmm_blocks(h)
+  b_tr, b = words[data.train.tokens[:, 0]], words[data.split(split).tokens[:, 0]]
+  counts = np.zeros((int(words.max()) + 1, data.num_classes), np.int64)
+  np.add.at(counts, (b_tr, data.train.labels), 1)
+  return float(np.mean(counts[b].argmax(1) == data.split(split).labels))
+
+
+def hmm_context_value(h, data, split="test"):
+  """How much of the masked-LM loss the context beyond the block explains (nats per token):
+  {"optimal_mlm_loss": mean -log p(x_t | x_-t) over the tokens of `split` (forward-backward),
+  "block_unigram_mlm_loss": mean -log q(x_t | block), q the word frequencies of each block in
+  the training split (add-one smoothed), "context_value": their difference}. Near 0, the MLM
+  objective is met by knowing the block alone, and pre-training need not learn the states."""
+  _, words = hmm_blocks(h)
+  length = int(data.train.lengths[0])
+  tr, ev = data.train.tokens[:, :length], data.split(split).tokens[:, :length]
+  counts = np.ones((int(words.max()) + 1, h.vocab_size))
+  np.add.at(counts, (np.repeat(words[tr[:, 0]], length), tr.ravel()), 1)
+  q = counts / counts.sum(1, keepdims=True)
+  uni = float(-np.mean(np.log(q[np.repeat(words[ev[:, 0]], length), ev.ravel()])))
+  nll, _ = h.mlm_losses(ev)
+  opt = float(nll.mean())
+  return {"optimal_mlm_loss": opt, "block_unigram_mlm_loss": uni, "context_value": uni - opt}

@@ -71,6 +71,9 @@ LANGUAGES = ("pcfg", "hmm", "lm")
 SPLITS = ("train", "valid", "test")
 STREAMS = {"train": 0, "valid": 1, "test": 2}  # seed streams of the splits
 FORMAT_VERSION = 1  # bump when the content of a cache file changes for the same key
+# Optional `data.*` fields of an HMM (`hmm.HMM.random_block_diagonal`): 0 or absent = the
+# Uniform(0, 1) weights of the default draw; a > 0 = Dirichlet(a) rows within each block.
+HMM_CONCENTRATIONS = ("trans_concentration", "emit_concentration")
 CHUNK = 65_536  # sentences per sampling call (bounds the HMM sampler's [N, K] temporaries)
 COND_CHUNK = 2048  # sentences per conditional computation (bounds the float64 [n, T, V])
 
@@ -121,6 +124,11 @@ def check_data_config(d):
     if d.length > d.max_len_tokens:
       raise ValueError(f"data.length={d.length} (HMM sentence length) must be <= "
                        f"data.max_len_tokens={d.max_len_tokens}")
+    for name in HMM_CONCENTRATIONS:
+      a = d.get(name, 0.0)
+      if isinstance(a, bool) or not isinstance(a, (int, float)) or not 0 <= a < float("inf"):
+        raise ValueError(f"data.{name}={a!r} must be a number >= 0 (0 = Uniform(0, 1) "
+                         f"weights, the default draw)")
 
 
 def language(d):
@@ -131,8 +139,9 @@ def language(d):
                      "loads a model; el_jax.tasks.mlm.language dispatches)")
   if d.language == "pcfg":
     return pcfg_lib.PCFG.from_file(grammar_path(d))
-  return hmm_lib.HMM.random_block_diagonal(d.num_states, d.vocab_size, d.num_blocks,
-                                           seed=d.hmm_seed)
+  return hmm_lib.HMM.random_block_diagonal(
+      d.num_states, d.vocab_size, d.num_blocks, seed=d.hmm_seed,
+      **{k: float(d.get(k, 0.0)) for k in HMM_CONCENTRATIONS})
 
 
 def default_cache_dir():
@@ -162,6 +171,8 @@ def cache_key(d):
   else:
     key.update({k: int(d[k]) for k in ("num_states", "vocab_size", "num_blocks", "hmm_seed",
                                        "length")})
+    # Only when set: the corpora of the default (Uniform) draw keep their cache files.
+    key.update({k: float(d[k]) for k in HMM_CONCENTRATIONS if d.get(k, 0.0)})
   return key
 
 

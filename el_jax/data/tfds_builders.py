@@ -315,6 +315,9 @@ class HMMConfig(tfds.core.BuilderConfig):
   @classmethod
   def from_el_jax(cls, config):
     d = config.data
+    if any(d.get(k, 0.0) for k in ("trans_concentration", "emit_concentration")):
+      raise ValueError("the TFDS HMM builder draws the default (Uniform) HMM only; "
+                       "data.trans_concentration / data.emit_concentration must be 0")
     return cls.make(**{k: int(d[k]) for k in (
         "num_states", "vocab_size", "num_blocks", "hmm_seed", "length", "max_len_tokens",
         "num_train", "num_valid", "num_test", "data_seed")})

@@ -17,6 +17,8 @@ Only the standard library at import; JAX is imported inside `ran_on`.
 import os
 import platform as platform_lib
 
+from el_jax import hostmem  # the standard library only
+
 # The flags of /proc/cpuinfo that decide which kernels XLA's CPU backend and its matmul
 # libraries use (vector width, FMA, bf16 / int8 dot instructions); the rest are noise here.
 ISA_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl",
@@ -66,8 +68,6 @@ def ran_on(devices=None):
   malloc        the host malloc settings of el_jax.hostmem ("default": glibc's own)
   """
   import jax
-
-  from el_jax import hostmem
   devs = list(devices) if devices is not None else jax.devices()
   cpu, flags = cpu_model()
   return {

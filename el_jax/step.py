@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from el_jax import losses
+from el_jax import losses, provenance
 from el_jax.models import decoder
 
 
@@ -130,7 +130,6 @@ CPU_KINDS = (
 def cpu_kind(flags=None):
   """The CPU_KINDS row of this CPU (or of the ISA `flags` given)."""
   if flags is None:
-    from el_jax import provenance
     flags = provenance.cpu_model()[1]
   return next(row for row in CPU_KINDS if set(row["flags"]) <= set(flags))
 

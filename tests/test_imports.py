@@ -21,7 +21,7 @@ PKG = ROOT / "el_jax"
 LAYERS = (
     ("foundation", ("quiet", "progress", "distributed", "workdir", "losses", "optim", "config",
                     "config_blocks", "stats", "cli", "checkpoint", "metrics", "plots",
-                    "provenance", "extras")),
+                    "provenance", "extras", "hostmem")),
     # el_jax.ntp: the linear-NTP science (data, geometry, dynamics); its trainer and its
     # benchmark sit higher up.
     ("data", ("data", "ntp")),

@@ -16,7 +16,8 @@ the step page-faults nothing. Nothing computed changes (the same programs on oth
 addresses, 64-byte aligned as before); the process keeps its peak heap until it exits.
 
 `EL_JAX_MALLOC=glibc` in the environment leaves glibc's defaults (for an A/B, or a process
-that needs its memory back); `state()` says what this process runs with (recorded in
+that needs its memory back); unset or `tuned` applies these settings, and any other value is
+warned about on stderr and these settings applied; `state()` says what this process runs with (recorded in
 `provenance.ran_on()`). Other C libraries (macOS, musl) are left alone.
 """
 import ctypes
@@ -44,7 +45,11 @@ def tune():
   """Applies SETTINGS with mallopt on glibc Linux (once; idempotent). Returns `state()`."""
   if _state["why"] != "not tuned yet":
     return state()
-  if os.environ.get(ENV, "") == "glibc":
+  value = os.environ.get(ENV, "")
+  if value not in ("", "tuned", "glibc"):  # said, not ignored; the default settings stand
+    print(f"el_jax: warning: {ENV}={value!r} is not one of 'tuned' (the default) or 'glibc' "
+          f"(glibc's own malloc settings); using 'tuned'", file=sys.stderr)
+  if value == "glibc":
     _state.update(malloc="default", why=f"{ENV}=glibc")
     return state()
   if not sys.platform.startswith("linux"):

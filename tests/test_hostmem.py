@@ -58,3 +58,14 @@ def test_the_state_is_recorded_with_every_result():
   info = provenance.ran_on()
   assert info["malloc"] == hostmem.state()["malloc"]
   assert hostmem.tune() == hostmem.state()  # once per process; again is a no-op
+
+
+def test_an_unknown_setting_is_said_not_ignored():
+  env = reliability.env()
+  env[hostmem.ENV] = "jemalloc"
+  proc = subprocess.run([sys.executable, "-c", "import el_jax, json; from el_jax import hostmem; "
+                         "print(json.dumps(hostmem.state()))"], env=env, capture_output=True,
+                        text=True, timeout=120)
+  assert proc.returncode == 0, proc.stderr
+  assert "EL_JAX_MALLOC='jemalloc' is not one of 'tuned' (the default) or 'glibc'" in proc.stderr
+  assert json.loads(proc.stdout)["why"] != "EL_JAX_MALLOC=glibc"

@@ -1299,14 +1299,16 @@ def _mlm_sanity(R, rel):
                  f"{100 * s['block_majority']:.2f}", "-", "-"])
   rows += [[bayes, f"{100 * s['bayes']:.2f}", "-", "-"],
            probe_row("lookup table (exact conditionals) probe", s["lookup_table"])]
-  sized = d["figure"] != "training"
+  sized = d["figure"] in ("size", "embedded")
   for k, r in s["random_init"].items():
     rows.append(probe_row(f"random init ({'size ' if sized else 'model seed '}{k}) probe", r))
   if sized:
     for p in d["points"]:
       rows.append(probe_row(f"trained, size {p['size']} probe", p["probe"][task]))
   else:
-    key = f"{_CONT[d.get('continued_with', 'sgd')][1]}_step"
+    # training: the continuation's steps; pretrained: the end of the AdamW pre-training
+    key = ("step" if d["figure"] == "pretrained"
+           else f"{_CONT[d.get('continued_with', 'sgd')][1]}_step")
     steps = sorted({p[key] for p in d["points"]})
     for p in d["points"]:
       if p[key] in (steps[0], steps[-1]):

@@ -8,6 +8,9 @@ r"""Seed 002, Figures 1 / 3, 2 and 5: flatness and transfer of MLM models at equ
   python experiments/mlm_flatness.py --figure=embedded                   # Fig. 5
   ... --size=paper  (accelerator sizes; not run here)
   ... --figure=training --seeds=0,1,2   (3 pre-trained models: p-values over model seeds)
+  python experiments/mlm_flatness.py --figure=pretrained --language=hmm --hmm=contextual \
+      --seeds=0,1 --pretrain=train.batch_size=256,train.num_steps=6000,optim.lr=0.002
+      # does the probe see what pre-training learned? (issue 34)
 
 Every model is trained as a run of an `el_jax.grid.Grid` on configs/pcfg_mlm.py or
 configs/hmm_mlm.py, in --runs/<label> (finished runs there are reused), and
@@ -37,6 +40,13 @@ measured on its saved checkpoints:
   and the last measured checkpoint (`el_jax.probe.fine_tune`, the paper's protocol: the whole
   encoder and a head on the first position, AdamW lr 1e-4, 200 warmup steps, batch 32,
   --fine_tune_epochs epochs, the epoch chosen on valid), compared like the probe.
+
+`pretrained` (issue 34, not a figure of the paper): the AdamW pre-training runs alone
+(--seeds, the variant's recipe with --pretrain's train.* / optim.* / model.* overrides; a run
+with overrides is named `<language>[_<hmm>]_adamw_pretrain`), each model measured at its end:
+valid gap, probe, sanity rows and the trained models' probe against their random inits. It
+answers whether a model that learned more than the HMM's blocks probes above its init, before
+any figure's transfer claim rests on the probe. Written to <out>/pretrained_<language>[_<hmm>].json.
 
 Figure 1 / 3 (`training`): the `cpu` AdamW run of the language is pre-trained
 to convergence, then continued from its parameters with SGD (warmup, then a
@@ -425,6 +435,61 @@ def train_sizes(language, args, path):
              for label, r in g.runs.items()}
 
 
+def parse_pretrain(text):
+  """--pretrain's overrides of the AdamW pre-training run: "key=value,key=value" with dotted
+  config keys (train.*, optim.*, model.*) -> {key: int | float | str}."""
+  out = {}
+  for item in (x.strip() for x in text.split(",") if x.strip()):
+    key, eq, value = item.partition("=")
+    if not eq or not key.strip() or not value.strip():
+      raise ValueError(f"--pretrain: {item!r} is not key=value (e.g. train.num_steps=6000)")
+    if key.split(".")[0] not in ("train", "optim", "model"):
+      raise ValueError(f"--pretrain: {key!r} is not a train.*, optim.* or model.* field")
+    for cast in (int, float, str):
+      try:
+        out[key.strip()] = cast(value.strip())
+        break
+      except ValueError:
+        continue
+  return out
+
+
+def figure_pretrained(language, args, path):
+  """Does the probe see what pre-training learned (issue 34)? The AdamW pre-training runs
+  alone (model seeds --seeds, the variant's recipe with --pretrain's overrides), each
+  measured at its end: the valid gap, the linear probe of every task, and the sanity rows
+  (majority, block, Bayes, lookup table, each seed's random init) with the trained models'
+  probe tested against their random inits. No Tr(H), no continuation."""
+  t0 = time.time()
+  seeds = tuple(args.seeds)
+  g = grid_lib.Grid(path, runs_dir=args.runs, reuse_rows=False)
+  extra = parse_pretrain(args.pretrain)
+  base = f"{run_prefix(language, args)}_adamw" + ("_pretrain" if extra else "")
+  g.add(base, f"{language}_mlm", args.size, {**hmm_overrides(language, args), **extra},
+        seeds=seeds, phase="adamw")
+  (row,) = g.run([base])
+  base_dir, steps = row["workdir"], row["config"]["train"]["num_steps"]
+  m = _measurer(g.runs[base].config(), args, language)
+  points = []
+  for seed in seeds:
+    params = m.params(base_dir, steps, seed)
+    point = {"step": steps, "seed": seed, **mlm_measure.eval_row(base_dir, seed, steps),
+             "probe": m.probes(m.trainer.graphdef, params)}
+    points.append(point)
+    print(f"{language} seed {seed} step {steps}: valid gap {point['valid_gap']:.4f}; probe "
+          + ", ".join(f"{k} {v['test_acc_mean']:.4f}" for k, v in point["probe"].items()),
+          flush=True)
+  print("sanity rows (majority, Bayes, lookup table, random init)", flush=True)
+  sanity = m.sanity(seeds)
+  _print_sanity(sanity)
+  comparison = {"seeds": list(seeds), "vs_random_init": vs_random_init(
+      {str(p["seed"]): p for p in points}, sanity)}
+  return g, {"figure": "pretrained", "language": language, "size": args.size, "hmm": args.hmm,
+             "pretrain": extra, "sanity": sanity, "adamw_run": base_dir, "points": points,
+             "comparison": comparison, "config": row["config"],
+             "ran_on": provenance.ran_on(), "wall_s": round(time.time() - t0, 1)}
+
+
 def figure_size(language, args, path, embedded=False):
   from el_jax.models import decoder, growth
   t0 = time.time()
@@ -486,6 +551,33 @@ def figure_size(language, args, path, embedded=False):
 # ----------------------------------------------------------------------------
 
 
+def plot_pretrained(result, path):
+  """Probe test accuracy per task: the trained models (one dot per model seed and probe seed)
+  beside their random inits, the lookup table, the block alone and the Bayes accuracy."""
+  import matplotlib.pyplot as plt
+  tasks = list(result["sanity"])
+  fig, axes = plt.subplots(1, len(tasks), figsize=(5.5 * len(tasks), 3.6), squeeze=False)
+  for a, t in zip(axes[0], tasks):
+    s = result["sanity"][t]
+    groups = [("random init", [x for r in s["random_init"].values() for x in r["test_acc"]]),
+              ("trained", [x for p in result["points"] for x in p["probe"][t]["test_acc"]]),
+              ("lookup table", s["lookup_table"]["test_acc"])]
+    for i, (name, accs) in enumerate(groups):
+      a.plot([i] * len(accs), [100 * x for x in accs], "o", alpha=0.6)
+    a.set_xticks(range(len(groups)), [g[0] for g in groups])
+    for level, name, style in ((s["bayes"], "Bayes", "--"), (s["majority"], "majority", ":"),
+                               (s.get("block_majority"), "block alone", "-.")):
+      if level is not None:
+        a.axhline(100 * level, ls=style, c="gray", lw=1)
+        a.text(len(groups) - 0.5, 100 * level, name, va="bottom", ha="right", fontsize=8)
+    a.set_ylabel("probe test accuracy (%)")
+    a.set_title(f"task {t}: {result['language']} ({result.get('hmm', '')}), step "
+                f"{result['points'][0]['step']}")
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+
+
 def plot(result, path):
   """Valid MLM loss, Tr(H) (B.1 and Hutchinson) and probe accuracy per point: over SGD
   steps (`plots.metric_over_steps`: mean over the model seeds, band min..max) for the
@@ -493,6 +585,8 @@ def plot(result, path):
   others."""
   import matplotlib.pyplot as plt
   pts = result["points"]
+  if result["figure"] == "pretrained":
+    return plot_pretrained(result, path)
   fig, ax = plt.subplots(1, 3, figsize=(13, 3.6))
   tasks = list(pts[0]["probe"])
   if result["figure"] == "training":
@@ -544,7 +638,8 @@ def plot(result, path):
 
 def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  ap.add_argument("--figure", choices=["training", "size", "embedded"], required=True)
+  ap.add_argument("--figure", choices=["training", "size", "embedded", "pretrained"],
+                  required=True)
   ap.add_argument("--language", choices=["pcfg", "hmm"], default="pcfg")
   ap.add_argument("--size", default="cpu", help="config variant: cpu | paper | test")
   ap.add_argument("--seeds", default="0", help="pre-training model seeds of the training "
@@ -598,6 +693,10 @@ def main(argv=None):
                   help="training figure: also fine-tune (the paper's protocol) at the first "
                        "and last measured checkpoint with these seeds, e.g. 0,1 (\"\" = no)")
   ap.add_argument("--fine_tune_epochs", type=int, default=10)
+  ap.add_argument("--pretrain", default="",
+                  help="pretrained figure: overrides of the AdamW pre-training, comma-separated "
+                       "key=value (train.* / optim.* / model.*), e.g. train.batch_size=256,"
+                       "train.num_steps=6000,optim.lr=0.002 (its run is named apart)")
   args = ap.parse_args(argv)
   args.tasks = args.tasks or ("C" if args.language == "pcfg" else "10")
   if args.continue_with != "sgd" and args.figure != "training":
@@ -618,11 +717,16 @@ def main(argv=None):
     raise ValueError("--fine_tune_seeds is for --figure=training (first and last checkpoint)")
   if args.fine_tune_epochs < 1:
     raise ValueError(f"--fine_tune_epochs={args.fine_tune_epochs} must be >= 1")
-  if args.figure != "training" and args.seeds != [0]:
+  if args.pretrain and args.figure != "pretrained":
+    raise ValueError("--pretrain is for --figure=pretrained")
+  parse_pretrain(args.pretrain)  # a malformed item stops here, before any training
+  if args.figure not in ("training", "pretrained") and args.seeds != [0]:
     raise ValueError("--seeds is for --figure=training; Figures 2 / 5 train seed 0")
   stem = os.path.join(args.out, out_stem(args))
   if args.figure == "training":
     g, result = figure_training(args.language, args, stem + ".json")
+  elif args.figure == "pretrained":
+    g, result = figure_pretrained(args.language, args, stem + ".json")
   else:
     g, result = figure_size(args.language, args, stem + ".json",
                             embedded=args.figure == "embedded")

@@ -10,6 +10,7 @@ import argparse
 import json
 import math
 import os
+import re
 
 import numpy as np
 import pytest
@@ -416,3 +417,37 @@ def test_committed_sanity_rows_are_what_their_own_numbers_give():
   assert s["majority"] <= s["block_majority"] <= s["bayes"]
   assert set(s["random_init"]) == set(trained) == {str(x) for x in doc["args"]["seeds"]}
   _holm_family(_mlm_family(doc["comparison"]))
+
+
+def test_mlm_flatness_pretrained_figure_at_test_size(tmp_path):
+  """--figure=pretrained: the AdamW pre-training alone (two model seeds, --pretrain's
+  overrides in the grid row and the config, the run named apart), each model's probe at its
+  end, the sanity rows and vs_random_init recomputed from them; a malformed --pretrain stops
+  before training."""
+  ms = _script("mlm_flatness")
+  argv = ["--figure=pretrained", "--language=hmm", "--size=test", "--seeds=0,1",
+          "--pretrain=train.num_steps=30,optim.lr=0.003", "--probe_train=120",
+          "--probe_valid=60", "--probe_test=60", "--probe_epochs=2", "--flat_inputs=10",
+          "--flat_reps=2", "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "out")]
+  out = ms.main(argv)
+  with open(tmp_path / "out" / "pretrained_hmm.json") as f:
+    doc = json.load(f)
+  assert doc == json.loads(json.dumps(out, default=float))
+  (row,) = doc["rows"]
+  assert row["label"] == "hmm_adamw_pretrain" and row["seeds"] == [0, 1]
+  assert row["overrides"] == {"train.num_steps": 30, "optim.lr": 0.003}
+  assert doc["config"]["train"]["num_steps"] == 30 and doc["config"]["optim"]["lr"] == 0.003
+  assert [(p["seed"], p["step"]) for p in doc["points"]] == [(0, 30), (1, 30)]
+  s = doc["sanity"]["10"]
+  assert set(s["random_init"]) == {"0", "1"} and s["majority"] <= s["bayes"]
+  trained = {str(p["seed"]): p for p in doc["points"]}
+  assert json.loads(json.dumps(ms.vs_random_init(trained, doc["sanity"]))) == \
+      doc["comparison"]["vs_random_init"]
+  # two independently pre-trained models: different per-seed probe results
+  assert doc["points"][0]["probe"]["10"]["test_acc"] != doc["points"][1]["probe"]["10"]["test_acc"]
+  assert os.path.exists(tmp_path / "out" / "pretrained_hmm.png")
+  for bad, says in (("train.num_steps", "is not key=value"), ("data.length=3", "is not a train.*")):
+    with pytest.raises(ValueError, match=re.escape(says)):
+      ms.main(argv[:4] + [f"--pretrain={bad}"] + argv[5:])
+  with pytest.raises(ValueError, match="--pretrain is for --figure=pretrained"):
+    ms.main(["--figure=training", "--pretrain=train.num_steps=3"] + argv[5:])

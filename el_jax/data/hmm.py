@@ -43,7 +43,9 @@ block's majority state; the cpu models learn the block and nothing else.
 instead; 4 blocks with 0.1 / 0.4 (`--hmm=contextual` of
 experiments/mlm_flatness.py) give an optimal loss of 3.765 (the paper's
 3.758), a context worth 0.085 nats and a task-10 Bayes accuracy of 45%
-(block majority 10%).
+(block majority 10%); with 0.1 / 0.1 (`--hmm=sharp`): 3.109, 0.603 nats and 82%
+(block majority 10%; results/mlm_flatness/sharp/). The cpu encoders learn the block and
+nothing more on all three (docs/results/seed002_flatness.md).
 
 Masked-LM conditionals: p(x_t = w | x_-t) is proportional to
 sum_k pred_t(k) beta_t(k) emit[k, w], with pred_t(k) = p(z_t = k, x_<t)

@@ -141,7 +141,7 @@ def test_encoder_learns_to_read_the_masked_tokens_neighbour():
     return optax.apply_updates(p, updates), s, value
 
   first = None
-  for _ in range(400):
+  for _ in range(300):
     params, state, value = step(params, state, *batch())
     first = float(value) if first is None else first
   tok, pos, target = batch()

@@ -140,7 +140,7 @@ def mlm(arg, language, *, num_layers, num_heads, embed_dim, mlp_dim):
   c.data.cache_dir = ""  # folder of the cached corpus ("" = $EL_JAX_CACHE/mlm or ~/.cache/el_jax/mlm)
 
   c.model = ml_collections.ConfigDict()
-  c.model.preset = "encoder"  # bidirectional, learned positions, pre-LN, tied embeddings
+  c.model.preset = "encoder"  # "encoder" (BERT-style: learned positions, pre-LN, tied) | "bilstm"
   c.model.num_layers = num_layers  # transformer blocks
   c.model.num_heads = num_heads  # attention heads
   c.model.embed_dim = embed_dim  # residual width (d-model)

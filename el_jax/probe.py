@@ -204,7 +204,7 @@ def encode(graphdef, params, tokens, segment_ids, batch_size=256):
   n, t = tokens.shape
   bs = min(batch_size, n)
   fn = _encode_fn(graphdef)
-  out = np.empty((n, t * cfg.embed_dim), np.float32)
+  out = np.empty((n, t * cfg.feature_dim), np.float32)
   for lo in range(0, n, bs):
     tok, seg = tokens[lo:lo + bs], segment_ids[lo:lo + bs]
     m = tok.shape[0]
@@ -628,7 +628,7 @@ def fine_tune(graphdef, params, train, valid, test, num_classes, *, seeds=(0, 1,
   steps_per_epoch = -(-n // bs)
   total = steps_per_epoch * epochs
   tx = ft_optimizer(lr, warmup_steps, total, weight_decay)
-  d = cfg.embed_dim
+  d = cfg.feature_dim
 
   def init_state(enc, key):
     w = 0.02 * jax.random.normal(key, (num_classes, d), jnp.float32)

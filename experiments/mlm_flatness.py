@@ -44,7 +44,8 @@ measured on its saved checkpoints:
 
 `pretrained` (issue 34, not a figure of the paper): the AdamW pre-training runs alone
 (--seeds, the variant's recipe with --pretrain's train.* / optim.* / model.* overrides; a run
-with overrides is named `<language>[_<hmm>]_adamw_pretrain`), each model measured at its end:
+with overrides is named `<language>[_<hmm>]_adamw_pretrain`, plus `_<preset>` when they set
+model.preset, e.g. `bilstm`, the paper's HMM architecture), each model measured at its end:
 valid gap, probe, sanity rows and the trained models' probe against their random inits. It
 answers whether a model that learned more than the HMM's blocks probes above its init, before
 any figure's transfer claim rests on the probe. Written to <out>/pretrained_<language>[_<hmm>].json.
@@ -474,6 +475,8 @@ def figure_pretrained(language, args, path):
   g = grid_lib.Grid(path, runs_dir=args.runs, reuse_rows=False)
   extra = parse_pretrain(args.pretrain)
   base = f"{run_prefix(language, args)}_adamw" + ("_pretrain" if extra else "")
+  if "model.preset" in extra:  # another architecture: its own run (e.g. _pretrain_bilstm)
+    base += f"_{extra['model.preset']}"
   g.add(base, f"{language}_mlm", args.size, {**hmm_overrides(language, args), **extra},
         seeds=seeds, phase="adamw")
   (row,) = g.run([base])

@@ -421,12 +421,12 @@ def test_committed_sanity_rows_are_what_their_own_numbers_give():
 
 def test_mlm_flatness_pretrained_figure_at_test_size(tmp_path):
   """--figure=pretrained: the AdamW pre-training alone (two model seeds, --pretrain's
-  overrides in the grid row and the config, the run named apart), each model's probe at its
-  end, the sanity rows and vs_random_init recomputed from them; a malformed --pretrain stops
-  before training."""
+  overrides in the grid row and the config, the run named apart, here with the bidirectional
+  LSTM), each model's probe at its end, the sanity rows and vs_random_init recomputed from
+  them; a malformed --pretrain stops before training."""
   ms = _script("mlm_flatness")
   argv = ["--figure=pretrained", "--language=hmm", "--size=test", "--seeds=0,1",
-          "--pretrain=train.num_steps=30,optim.lr=0.003", "--probe_train=120",
+          "--pretrain=model.preset=bilstm,train.num_steps=30,optim.lr=0.003", "--probe_train=120",
           "--probe_valid=60", "--probe_test=60", "--probe_epochs=2", "--flat_inputs=10",
           "--flat_reps=2", "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "out")]
   out = ms.main(argv)
@@ -434,9 +434,10 @@ def test_mlm_flatness_pretrained_figure_at_test_size(tmp_path):
     doc = json.load(f)
   assert doc == json.loads(json.dumps(out, default=float))
   (row,) = doc["rows"]
-  assert row["label"] == "hmm_adamw_pretrain" and row["seeds"] == [0, 1]
-  assert row["overrides"] == {"train.num_steps": 30, "optim.lr": 0.003}
+  assert row["label"] == "hmm_adamw_pretrain_bilstm" and row["seeds"] == [0, 1]
+  assert row["overrides"] == {"model.preset": "bilstm", "train.num_steps": 30, "optim.lr": 0.003}
   assert doc["config"]["train"]["num_steps"] == 30 and doc["config"]["optim"]["lr"] == 0.003
+  assert doc["config"]["model"]["preset"] == "bilstm"
   assert [(p["seed"], p["step"]) for p in doc["points"]] == [(0, 30), (1, 30)]
   s = doc["sanity"]["10"]
   assert set(s["random_init"]) == {"0", "1"} and s["majority"] <= s["bayes"]

@@ -322,10 +322,12 @@ def test_hmm_corpus_conventions(tmp_path):
 # End to end and configs
 
 
-@pytest.mark.parametrize("name", ["pcfg_mlm", "hmm_mlm"])
-def test_train_and_evaluate_lowers_the_gap(name, cache, tmp_path):
+@pytest.mark.parametrize("name,preset", [("pcfg_mlm", "encoder"), ("hmm_mlm", "encoder"),
+                                         ("hmm_mlm", "bilstm")])
+def test_train_and_evaluate_lowers_the_gap(name, preset, cache, tmp_path):
   # One device: the loop's 8-device sharding is tested elsewhere, and compiles slower.
-  summary = job.train_and_evaluate(_config(name, cache, num_devices=1), str(tmp_path / "run"))
+  c = _config(name, cache, num_devices=1, **{"model.preset": preset})
+  summary = job.train_and_evaluate(c, str(tmp_path / "run"))
   with open(tmp_path / "run" / "metrics.jsonl") as f:
     evals = [r for r in map(json.loads, f) if r["kind"] == "eval"]
   first, last = evals[0], evals[-1]

@@ -1,6 +1,6 @@
 """A small causal transformer decoder in Flax NNX, used functionally.
 
-Two presets cover the architectures of the papers el_jax reproduces:
+The presets cover the architectures of the papers el_jax reproduces:
 
 * ``gpt_neox``: rotary positions, parallel attention + MLP residual
   (``x + attn(ln1(x)) + mlp(ln2(x))``), untied input/output embeddings;
@@ -9,6 +9,10 @@ Two presets cover the architectures of the papers el_jax reproduces:
   embeddings; nanoGPT / GPT-mini of the path-star experiments. With
   ``layer_norm_eps=1e-5`` it is exactly Hugging Face's GPT-2
   (``el_jax.models.pretrained.load_gpt2`` / ``save_gpt2``).
+* ``encoder``: the bidirectional (BERT-style, pre-LN, tied) transformer
+  of seed 002's masked-LM experiments.
+* ``bilstm``: not a transformer: bidirectional LSTM layers
+  (``el_jax.models.lstm``), the model seed 002 trains on its HMM data.
 
 Every field can be set on its own. Packed strings attend to earlier strings
 in the same context (as in the paper) unless ``doc_mask`` is on, in which
@@ -26,11 +30,15 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from el_jax.models import lstm
+
 POSITIONS = ("rotary", "learned")
 # MLP nonlinearities: "gelu_tanh" is the tanh approximation (GPT-2's "gelu_new"),
 # "gelu_exact" the erf form (Hugging Face "gelu").
 ACTIVATIONS = ("gelu_tanh", "gelu_exact")
-PRESETS = ("gpt_neox", "gpt2", "encoder")
+PRESETS = ("gpt_neox", "gpt2", "encoder", "bilstm")
+# "transformer" (the Decoder below) | "bilstm" (el_jax.models.lstm: seed 002's HMM model)
+ARCHS = ("transformer", "bilstm")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,8 +67,13 @@ class DecoderConfig:
   # the keys up to its own end only (the rest are masked anyway), head-major: the same
   # function up to float rounding with fewer FLOPs (`train.attention_blocks`, docs/bench.md).
   attention_blocks: int = 1
+  # "transformer" | "bilstm": bidirectional LSTM layers of width embed_dim (el_jax.models.lstm;
+  # the attention, MLP and position fields are then unused)
+  arch: str = "transformer"
 
   def __post_init__(self):
+    if self.arch not in ARCHS:
+      raise ValueError(f"model arch={self.arch!r}; allowed: {ARCHS}")
     if self.position not in POSITIONS:
       raise ValueError(f"model.position={self.position!r}; allowed: {POSITIONS}")
     if self.dtype not in ("float32", "bfloat16"):
@@ -73,6 +86,8 @@ class DecoderConfig:
     for name in ("vocab_size", "num_layers", "num_heads", "embed_dim", "mlp_dim", "max_len"):
       if int(getattr(self, name)) < 1:
         raise ValueError(f"model.{name}={getattr(self, name)} must be >= 1")
+    if self.arch == "bilstm":  # no attention: its fields are unused
+      return
     if self.embed_dim % self.num_heads:
       raise ValueError(f"model.embed_dim={self.embed_dim} is not divisible by "
                        f"model.num_heads={self.num_heads}")
@@ -82,6 +97,12 @@ class DecoderConfig:
     if self.position == "rotary" and (self.embed_dim // self.num_heads) % 2:
       raise ValueError(f"rotary positions need an even head dim; got "
                        f"{self.embed_dim}/{self.num_heads}={self.embed_dim // self.num_heads}")
+
+  @property
+  def feature_dim(self):
+    """Width of `features` (what probes read): embed_dim, or 2 * embed_dim for the bilstm's
+    concatenated forward and backward states."""
+    return 2 * self.embed_dim if self.arch == "bilstm" else self.embed_dim
 
   @property
   def head_dim(self):
@@ -128,6 +149,8 @@ def preset(name, **overrides):
     base = dict(position="learned", parallel_residual=False, tie_embeddings=True)
   elif name == "encoder":  # BERT-style bidirectional encoder (pre-LN, learned positions, tied)
     base = dict(position="learned", parallel_residual=False, tie_embeddings=True, causal=False)
+  elif name == "bilstm":  # bidirectional LSTM layers, untied unembedding (el_jax.models.lstm)
+    base = dict(arch="bilstm", tie_embeddings=False, causal=False)
   else:
     raise ValueError(f"unknown model preset {name!r}; valid presets: {PRESETS}")
   base.update(overrides)
@@ -310,7 +333,7 @@ def init(cfg: DecoderConfig, seed: int):
   """Returns (graphdef, params): the static structure and the Param pytree."""
   key = seed if isinstance(seed, jax.Array) and jnp.issubdtype(seed.dtype, jax.dtypes.prng_key) \
       else jax.random.key(seed)
-  model = Decoder(cfg, rngs=nnx.Rngs(params=key))
+  model = (lstm.BiLSTM if cfg.arch == "bilstm" else Decoder)(cfg, rngs=nnx.Rngs(params=key))
   graphdef, params = nnx.split(model, nnx.Param)
   return graphdef, params
 

@@ -168,6 +168,12 @@ def _to_state(cfg, pure):
   return template
 
 
+def _check_transformer(cfg):
+  if cfg.arch != "transformer":
+    raise ValueError(f"function-preserving growth is built for the transformer presets; this model "
+                     f"is arch={cfg.arch!r} (model.preset 'bilstm' has no growth map)")
+
+
 def _factor(big, small, name):
   if big % small:
     raise ValueError(f"{name}: {big} is not a multiple of {small}; function-preserving "
@@ -180,6 +186,7 @@ def widen(cfg, params, *, factor, mlp_factor=None):
 
   Returns (bigger_cfg, bigger_params) with the same logits (to float rounding).
   """
+  _check_transformer(cfg)
   mlp_factor = factor if mlp_factor is None else mlp_factor
   for name, f in (("factor", factor), ("mlp_factor", mlp_factor)):
     if not isinstance(f, int) or f < 1:
@@ -194,6 +201,7 @@ def widen(cfg, params, *, factor, mlp_factor=None):
 
 def deepen(cfg, params, *, num_layers):
   """Appends identity blocks up to `num_layers`; returns (bigger_cfg, bigger_params)."""
+  _check_transformer(cfg)
   if num_layers < cfg.num_layers:
     raise ValueError(f"num_layers={num_layers} < current {cfg.num_layers}")
   big = dataclasses.replace(cfg, num_layers=num_layers)
@@ -208,6 +216,7 @@ def grow(cfg, params, target):
   factor, so the head dim is kept), mlp_dim (integer factor) and num_layers
   (>= the current one). Returns (target, params of target).
   """
+  _check_transformer(cfg)
   r = _factor(target.embed_dim, cfg.embed_dim, "embed_dim")
   if target.num_heads != r * cfg.num_heads:
     raise ValueError(f"num_heads must grow with embed_dim (same head dim): expected "

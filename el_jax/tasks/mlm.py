@@ -170,7 +170,8 @@ class MLMTask(base.BatchSizeRows, base.Task):
       raise ValueError(f"data.num_train={d.num_train} < train.batch_size={t.batch_size}")
     if decoder.preset(m.preset, vocab_size=1).causal:
       raise ValueError(f"model.preset={m.preset!r} is causal: a masked token would not see the "
-                       f"words after it; the MLM task needs the bidirectional preset 'encoder'")
+                       f"words after it; the MLM task needs a bidirectional preset, "
+                       f"'encoder' or 'bilstm'")
     if not m.doc_mask:
       raise ValueError("model.doc_mask=False would let the sentence attend to its padding; the "
                        "MLM task needs model.doc_mask=True")

@@ -193,9 +193,9 @@ def _encode_fn(graphdef):
 def encode(graphdef, params, tokens, segment_ids, batch_size=256):
   """Frozen representation: [N, T * D] float32, all final hidden states concatenated.
 
-  `decoder.features` (after the last LayerNorm) of every position, flattened
-  position-major (row i = h[i, 0], h[i, 1], ...), zero where segment_ids == 0
-  (padding). Jitted, in batches of `batch_size` (the last one padded to the
+  `decoder.features` (the transformer's after its last LayerNorm; the bilstm's 2H states) of
+  every position, flattened position-major (row i = h[i, 0], h[i, 1], ...), zero where
+  segment_ids == 0 (padding). Jitted, in batches of `batch_size` (the last one padded to the
   same shape, so one compilation serves all batches).
   """
   cfg = _model_cfg(graphdef, params)

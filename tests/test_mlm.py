@@ -107,8 +107,10 @@ def test_padding_is_never_attended(monkeypatch):
 
 
 
-def test_encoder_learns_to_read_the_masked_tokens_neighbour():
-  """The encoder preset can learn a position-relative lookup: target = the word left of the
+@pytest.mark.parametrize("preset", ["encoder", "bilstm"])
+def test_encoder_learns_to_read_the_masked_tokens_neighbour(preset):
+  """Each bidirectional preset (the transformer encoder; the LSTM of el_jax.models.lstm) can
+  learn a position-relative lookup: target = the word left of the
   one masked position (uniform random words, so nothing else predicts it; chance ln 50 = 3.9
   nats). Trained with AdamW as the MLM task trains it, it gets there in a few hundred steps,
   so an MLM model that stays at its language's block level (docs/results/seed002_flatness.md,
@@ -116,7 +118,7 @@ def test_encoder_learns_to_read_the_masked_tokens_neighbour():
   other words the same model is wrong: it reads the neighbour, not a bag of words."""
   import optax
   v, t, b = 50, 16, 64
-  cfg = decoder.preset("encoder", vocab_size=v + 1, num_layers=2, num_heads=2, embed_dim=64,
+  cfg = decoder.preset(preset, vocab_size=v + 1, num_layers=2, num_heads=2, embed_dim=64,
                        mlp_dim=256, max_len=t, doc_mask=False)
   graphdef, params = decoder.init(cfg, 0)
   opt = optax.adamw(3e-3)

@@ -75,8 +75,8 @@ def same_training(a, b):
 
 
 def finished_summary(config, workdir):
-  """The summary of `workdir` if it finished training `config` (same seeds, same training;
-  logging / evaluation cadence may differ), else None. A workdir continued with
+  """The summary of `workdir` if it finished training `config` (same seeds, in config.json
+  and in summary.json; same training; logging / evaluation cadence may differ), else None. A workdir continued with
   `--allow_config_change` is not the same training as a fresh run of its final config."""
   sp, cp = os.path.join(workdir, "summary.json"), os.path.join(workdir, "config.json")
   if not (os.path.exists(sp) and os.path.exists(cp)):
@@ -87,7 +87,12 @@ def finished_summary(config, workdir):
   except (OSError, ValueError) as e:
     print(f"warning: not reusing {workdir}: {e}", file=sys.stderr)
     return None
-  if old.get(config_lib.CHANGES_KEY) or not same_training(flatten(old), flatten(config_dict(config))):
+  new = config_dict(config)
+  if old.get(config_lib.CHANGES_KEY) or not same_training(flatten(old), flatten(new)):
+    return None
+  # config.json is written when a run starts, summary.json when every seed has finished: a
+  # run adding a seed that was stopped leaves the new seeds in one and the old in the other.
+  if "seeds" in new and summary.get("seeds") != [int(s) for s in new["seeds"]]:
     return None
   here = provenance.ran_on()
   if not provenance.same_platform(summary.get("ran_on"), here):

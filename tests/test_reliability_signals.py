@@ -1,5 +1,6 @@
 """Reliability, signals: SIGINT and SIGTERM at any point of a run stop it cleanly, and the next
-run resumes it to the numbers of an uninterrupted run.
+run resumes it to the numbers of an uninterrupted run. The two share one handler
+(el_jax.workdir.catch_interrupts): both are sent while training, one of them at each other point.
 
 Each case runs `python -m el_jax.main` on configs/copy_task.py:test (longer than the
 default: 400 steps, a checkpoint and an evaluation every 100) and sends the signal either

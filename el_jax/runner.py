@@ -75,9 +75,10 @@ def same_training(a, b):
 
 
 def finished_summary(config, workdir):
-  """The summary of `workdir` if it finished training `config` (same seeds, in config.json
-  and in summary.json; same training; logging / evaluation cadence may differ), else None. A workdir continued with
-  `--allow_config_change` is not the same training as a fresh run of its final config."""
+  """The summary of `workdir` if it finished training `config` (the same seeds in config.json
+  and in summary.json; the same training; logging / evaluation cadence may differ), else
+  None. A workdir continued with `--allow_config_change` is not the same training as a fresh
+  run of its final config."""
   sp, cp = os.path.join(workdir, "summary.json"), os.path.join(workdir, "config.json")
   if not (os.path.exists(sp) and os.path.exists(cp)):
     return None

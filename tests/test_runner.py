@@ -187,8 +187,10 @@ def test_run_or_reuse_trains_once(tmp_path, monkeypatch):
                         reuse_from=runner.run_dirs(str(tmp_path)))
   # A run adding seed 1 that was stopped: config.json (written at its start) names seeds
   # (0, 1), summary.json is still seed 0's. Not finished: seed 1 is trained, not read back.
-  stored = json.load(open(tmp_path / "config.json"))
-  json.dump({**stored, "seeds": [0, 1]}, open(tmp_path / "config.json", "w"))
+  with open(tmp_path / "config.json") as fh:
+    stored = json.load(fh)
+  with open(tmp_path / "config.json", "w") as fh:
+    json.dump({**stored, "seeds": [0, 1]}, fh)
   with pytest.raises(AssertionError, match="retrained"):
     runner.run_or_reuse(other, str(tmp_path), verbose=False)
 

@@ -1334,9 +1334,9 @@ def _mlm_vs_random_init(R, rel):
   for task, c in d["comparison"]["vs_random_init"].items():
     rows.append([f"task {task} probe: trained - random init",
                  f"{100 * c['mean_b']:.2f} -> {100 * c['mean_a']:.2f}", f"{100 * c['diff']:+.2f}",
-                 pval(c["p_value"]), f"{c['trained_above_random_in']} of {len(c['keys'])}",
-                 f"{c['n_a']} vs {c['n_b']} {c['over']}"])
-  return md(["comparison", "random init -> trained", "difference", "permutation p",
+                 p_note(c), f"{c['trained_above_random_in']} of {len(c['keys'])}",
+                 f"{_design(c)}: {c['over']}"])
+  return md(["comparison", "random init -> trained", "difference", "p (pairs: sign flip)",
              "trained above its random init in", "over"], rows)
 
 

@@ -375,9 +375,10 @@ def test_committed_seed002_comparisons_carry_holm_over_each_table():
 
 
 def test_mlm_flatness_compares_trained_models_with_their_random_inits():
-  """vs_random_init: one model against its own init over the probe seeds; several over the
-  models (one mean each), with how many models are above their init; not in the Holm family
-  (issue 34: a sanity check that the probe sees the model)."""
+  """vs_random_init: one model against its own init over the probe seeds (unpaired); several
+  over the models (one mean each), each paired with its own init (a sign flip: before / after
+  on one model), with how many models are above their init; not in the Holm family (issue 34:
+  a sanity check that the probe sees the model)."""
   ms = _script("mlm_flatness")
 
   def probe_row(accs):
@@ -387,12 +388,17 @@ def test_mlm_flatness_compares_trained_models_with_their_random_inits():
   pts = {k: {"probe": {"C": probe_row(a)}} for k, a in
          (("0", [0.4, 0.5]), ("1", [0.3, 0.4]), ("2", [0.2, 0.2]))}
   c = ms.vs_random_init(pts, sanity)["C"]
-  want = stats.compare([pts[k]["probe"]["C"]["test_acc_mean"] for k in "012"],
-                       [sanity["C"]["random_init"][k]["test_acc_mean"] for k in "012"])
+  want = stats.paired_compare([pts[k]["probe"]["C"]["test_acc_mean"] for k in "012"],
+                              [sanity["C"]["random_init"][k]["test_acc_mean"] for k in "012"])
   assert {k: c[k] for k in want} == want
-  assert (c["over"], c["keys"], c["trained_above_random_in"]) == ("models", ["0", "1", "2"], 2)
+  # diffs +0.2, -0.15, +0.1 (mean 0.05): 6 of the 8 sign vectors give |mean| >= 0.05
+  assert c["test"] == "paired sign flip" and c["p_value"] == pytest.approx(6 / 8)
+  assert (c["n"], c["p_floor"], c["ci95"]) == (3, 0.25, None)
+  assert (c["over"], c["keys"], c["trained_above_random_in"]) == (
+      "models and their own inits", ["0", "1", "2"], 2)
   one = ms.vs_random_init({"0": pts["0"]}, sanity)["C"]
-  assert {k: one[k] for k in want} == stats.compare([0.4, 0.5], [0.2, 0.3])
+  want = stats.compare([0.4, 0.5], [0.2, 0.3])
+  assert {k: one[k] for k in want} == want
   assert (one["over"], one["trained_above_random_in"]) == ("probe seeds of one model", 1)
 
 

@@ -334,8 +334,9 @@ def test_the_sanity_table_shows_every_row_and_says_when_a_file_has_none(tmp_path
                            "fine_tune_random_init": {"0": {"test_acc_mean": 0.04,
                                                            "test_acc_std": 0.0}}}},
          "comparison": {"vs_random_init": {"10": {
-             "mean_a": 0.13, "mean_b": 0.065, "diff": 0.065, "p_value": 0.33, "n_a": 2,
-             "n_b": 2, "keys": ["0", "1"], "over": "models", "trained_above_random_in": 2}}}}
+             "mean_a": 0.13, "mean_b": 0.065, "diff": 0.065, "p_value": 0.5, "n": 2,
+             "keys": ["0", "1"], "over": "models and their own inits",
+             "trained_above_random_in": 2}}}}
   (tmp_path / report.RESULTS / "mlm_flatness").mkdir(parents=True)
   (tmp_path / report.RESULTS / "mlm_flatness" / "x.json").write_text(json.dumps(doc))
   R = report.Results(str(tmp_path))
@@ -361,8 +362,8 @@ def test_the_sanity_table_shows_every_row_and_says_when_a_file_has_none(tmp_path
   assert "| trained (model seed 1, step 8) probe | 13.00 (1.00) | standardised, lr 0.01, wd 0 " \
          "| 4 of 2048 |" in table
   vs = report.TABLES["mlm_vs_random_init"](R, "x.json")
-  assert "| task 10 probe: trained - random init | 6.50 -> 13.00 | +6.50 | 0.33 | 2 of 2 | " \
-         "2 vs 2 models |" in vs
+  assert "| task 10 probe: trained - random init | 6.50 -> 13.00 | +6.50 | 0.5 (floor of 2 " \
+         "pairs) | 2 of 2 | 2 pairs: models and their own inits |" in vs
   del doc["sanity"]
   (tmp_path / report.RESULTS / "mlm_flatness" / "x.json").write_text(json.dumps(doc))
   assert report.TABLES["mlm_sanity"](report.Results(str(tmp_path)), "x.json").startswith(

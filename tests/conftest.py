@@ -2,7 +2,9 @@
 the settings the suite's subprocesses have too (`reliability.suite_env`): JAX's persistent
 compilation cache, shared by the xdist workers and the subprocesses they start (the suite
 trains the same few `test` configs in many tests; each program compiles once), LLVM's
-optimisation off (XLA's own passes, fusion included, still run), and the cross-CPU numerics
+optimisation off (XLA's own passes, fusion included, still run) and XLA:CPU's elemental
+emitters for fusions instead of its MLIR fusion emitters (both cut compile time only), and the
+cross-CPU numerics
 (YNNPACK's consistent-arithmetic kernels, Eigen's own single-threaded contractions instead of
 oneDNN's, OpenBLAS on its Haswell kernels and one thread), under which a trained number
 does not depend on the CPU (docs/testing.md, "Across CPUs"). The

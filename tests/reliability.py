@@ -12,20 +12,33 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # The subprocesses of the test suite compile the same few programs again and again (the
 # `test` configs): they share JAX's persistent compilation cache, and compile with LLVM's
-# optimisation off (XLA's own passes, fusion included, still run). Both change only compile
-# time; every comparison in these suites is between runs made with the same settings.
+# optimisation off (XLA's own passes, fusion included, still run) and with XLA:CPU's older
+# elemental emitters for fusions instead of its MLIR fusion emitters (a third of the compile
+# time of a cold suite). These change compile time only (every pinned number is the same
+# under them; docs/testing.md, "Compile settings"); every comparison in these suites is
+# between runs made with the same settings.
 JAX_TEST_CACHE = os.path.join(tempfile.gettempdir(), f"el_jax_test_jax_cache_{os.getuid()}")
 FAST_COMPILE = {"JAX_COMPILATION_CACHE_DIR": JAX_TEST_CACHE,
                 "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
                 "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
 
 
+FAST_COMPILE_XLA_FLAGS = ("--xla_backend_optimization_level=0",
+                          "--xla_cpu_use_fusion_emitters=false")
+
+
+def _add_flags(flags, new):
+  """XLA_FLAGS `flags` with each of `new` that it does not set already (with any value)."""
+  for flag in new:
+    if flag.split("=")[0] not in flags:
+      flags = (flags + " " + flag).strip()
+  return flags
+
+
 def fast_compile_env(base):
-  """`base` (an environment dict) with FAST_COMPILE and LLVM optimisation level 0."""
+  """`base` (an environment dict) with FAST_COMPILE and FAST_COMPILE_XLA_FLAGS."""
   e = dict(base, **FAST_COMPILE)
-  flags = e.get("XLA_FLAGS", "")
-  if "xla_backend_optimization_level" not in flags:
-    e["XLA_FLAGS"] = (flags + " --xla_backend_optimization_level=0").strip()
+  e["XLA_FLAGS"] = _add_flags(e.get("XLA_FLAGS", ""), FAST_COMPILE_XLA_FLAGS)
   return e
 
 
@@ -69,11 +82,7 @@ def suite_env(base):
   cross-CPU ones above (an XLA flag already in XLA_FLAGS, with any value, is left as it is;
   OpenBLAS's Haswell kernels only on a CPU that has them)."""
   e = fast_compile_env(base)
-  flags = e.get("XLA_FLAGS", "")
-  for flag in CROSS_CPU_XLA_FLAGS:
-    if flag.split("=")[0] not in flags:
-      flags = (flags + " " + flag).strip()
-  e["XLA_FLAGS"] = flags
+  e["XLA_FLAGS"] = _add_flags(e["XLA_FLAGS"], CROSS_CPU_XLA_FLAGS)
   e.update(CROSS_CPU_ENV)
   if has_avx2_fma():
     e["OPENBLAS_CORETYPE"] = "Haswell"

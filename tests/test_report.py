@@ -240,6 +240,9 @@ def test_a_list_is_formatted_element_by_element():
   assert report.format_value([0.5, 1e-5], "p", "x") == "0.5 / 1e-05"
   assert report.format_value([2, 3, 4], "seeds", "x") == "2-4"  # seeds take the whole list
   assert report.format_value([-0.01, 0.02], "ci3", "x") == "[-0.010, +0.020]"
+  # scaling ops too (100 * a list would repeat the list)
+  assert report.apply_ops([0.5617, 0.0002], ["x100", "f1"], "x") == "56.2 / 0.0"
+  assert report.apply_ops([120.0, 30.0], ["minutes", "f1"], "x") == "2.0 / 0.5"
 
 
 def test_the_training_change_table_shows_fine_tuning_where_measured(tmp_path):
@@ -296,6 +299,19 @@ def test_claims_follow_their_numbers(tmp_path):
   # B.1 against Hutchinson: no ratio while Hutchinson's estimate is within 2 stderr of 0.
   assert "no ratio" in report.TABLES["b1_vs_hutchinson"](R, "training_pcfg.json", "0")
   assert "a ratio of" in report.TABLES["b1_vs_hutchinson"](R, "training_hmm.json", "0")
+
+
+def test_the_lstm_6000_step_paragraph_says_what_its_floor_allows():
+  """The seed-002 page says the 6000-step LSTMs' "trained above random init" is not
+  significant by design: true while the paired sign flip's floor (2 / 2^n) is above 0.05,
+  i.e. up to 5 models; a sixth model makes the sentence wrong, and this test says so."""
+  c = json.load(open(os.path.join(
+      ROOT, report.RESULTS, "mlm_flatness", "sharp_bilstm_6k", "pretrained_hmm_sharp.json")))[
+      "comparison"]["vs_random_init"]["10"]
+  assert c["p_floor"] == pytest.approx(2 / 2 ** c["n"])  # an independent count of the floor
+  page = open(os.path.join(DOCS, "seed002_flatness.md")).read()
+  says = '"trained above random init" is not significant by design' in " ".join(page.split())
+  assert says == (c["p_floor"] > 0.05), (c["n"], c["p_floor"])
 
 
 def test_p_values_at_their_floor_say_so():

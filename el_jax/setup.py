@@ -212,7 +212,8 @@ def tree_bytes(tree):
 
 def estimate_memory(setup, abstract_state, num_devices, platform="cpu"):
   """{"params", "opt_state", "grads", "activations", "total"} bytes one device needs for a
-  training step of `setup` (see K_ACTIVATIONS), from shapes only; with `train.vmap_seeds`,
+  training step of `setup` (see K_ACTIVATIONS), from shapes only ("k_activations": the K
+  counted per token and layer, None for a task's own model); with `train.vmap_seeds`,
   the stacked seeds' states (and, for the "vmap" step, activations) count once per seed."""
   cfg, m = setup.config, setup.model_cfg
   task_cls = type(setup.task)
@@ -221,9 +222,10 @@ def estimate_memory(setup, abstract_state, num_devices, platform="cpu"):
   scored = setup.scored_positions
   scored = ctx if scored is None else int(np.size(scored))
   activations = 0  # a task's own model (model_cfg None): not estimated (Task.own_model)
+  k = None
   if m is not None:
     itemsize = 2 if m.dtype == "bfloat16" else 4
-    per_layer, _ = activation_values(m, ctx)
+    per_layer, k = activation_values(m, ctx)
     activations = rows * (ctx * m.num_layers * per_layer + scored * 2 * m.vocab_size) * itemsize
   params = tree_bytes(abstract_state["params"])
   opt = tree_bytes(abstract_state["opt_state"])
@@ -233,7 +235,8 @@ def estimate_memory(setup, abstract_state, num_devices, platform="cpu"):
     impl = "map" if platform == "cpu" else "vmap"
   act_copies = stacked if impl == "vmap" else 1
   out = {"params": params * stacked, "opt_state": opt * stacked, "grads": params * stacked,
-         "activations": activations * act_copies, "rows": rows, "context": ctx}
+         "activations": activations * act_copies, "rows": rows, "context": ctx,
+         "k_activations": k}
   out["total"] = out["params"] + out["opt_state"] + out["grads"] + out["activations"]
   return out
 
@@ -286,15 +289,15 @@ def check_memory(setup, abstract_state, device, num_devices):
   lower = ("model.embed_dim, model.num_layers or model.mlp_dim" if big != "activations" else
            f"the batch ({type(setup.task).describe_batch(cfg)}), data.context_len or the "
            f"model's size")
-  k = activation_values(setup.model_cfg, est["context"])[1]
+  k = est["k_activations"]
+  per_token = f", with about {k} x embed_dim values per token and layer" if k else ""
   each = (f"{_gb(est['total'])} on each of {num_devices} CPU devices sharing the RAM; "
           if shared else "")
   raise ValueError(
       f"this run needs about {_gb(need)} of memory ({each}estimate: params "
       f"{_gb(est['params'])} + optimizer state {_gb(est['opt_state'])} + gradients "
       f"{_gb(est['grads'])} + activations {_gb(est['activations'])} for {est['rows']} rows x "
-      f"{est['context']} tokens, with about {k} x embed_dim values per token and "
-      f"layer), more than the {_gb(have)} available ({device.platform}: {source}); lower "
+      f"{est['context']} tokens{per_token}), more than the {_gb(have)} available ({device.platform}: {source}); lower "
       f"{lower}, or use a device with more memory")
 
 

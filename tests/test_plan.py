@@ -7,7 +7,6 @@ The paper variants are compiled at one row on a 1-device mesh, from abstract inp
 average of ~6.7 from other jobs: 10-29 s per paper variant (the 202M-parameter PCFG model the
 longest), the whole file 49 s of CPU time and 71 s of wall time with `-n 2`.
 """
-import functools
 import time
 
 import numpy as np
@@ -164,15 +163,27 @@ def test_memory_estimate_tracks_the_compiled_step(preset, sizes):
   the same step (el_jax.plan): the activations estimated are within 25% of the compiled
   step's temporaries (measured: 1.04, 1.00, 0.92 for the three rows). The plan of a bilstm
   config compiles the bilstm (it built the transformer's graph and failed before)."""
-  import jax
   from el_jax import setup as setup_lib
-  from el_jax import step as step_lib
-  cfg = config_lib.get_config("hmm_mlm", "test", {"model.preset": preset, **sizes})
+  cfg = config_lib.get_config("hmm_mlm", "test", {"model.preset": preset, "num_devices": 1,
+                                                  **sizes})
   p = plan.plan(cfg, num_devices=1, compiler_options=FAST)
   assert p["model"]["preset"] == preset
-  s = setup_lib.Setup(cfg)
-  abstract = jax.eval_shape(functools.partial(step_lib.init_state, s.model_cfg, s.tx), 0)
-  est = setup_lib.estimate_memory(s, abstract, 1)
+  est = setup_lib.Trainer(setup_lib.Setup(cfg)).memory  # the estimate a run is checked by
   assert est["rows"] == p["rows_per_step"]
+  assert est["k_activations"] == (setup_lib.K_LSTM_ACTIVATIONS if preset == "bilstm" else
+                                  setup_lib.K_ACTIVATIONS)
   temps = p["bytes_per_device"]["temporaries"]
   assert 0.75 < est["activations"] / temps < 1.25, (est["activations"], temps)
+
+
+def test_a_task_with_its_own_model_is_refused_in_one_line_when_too_big():
+  """check_memory for a task with its own model (no model_cfg, activations not estimated):
+  the one-line refusal, not an AttributeError (it read model_cfg.arch)."""
+  import jax
+  import jax.numpy as jnp
+  from el_jax import setup as setup_lib
+  s = setup_lib.Setup(config_lib.get_config("dyck", "test"))
+  big = {"params": jax.ShapeDtypeStruct((10**13,), jnp.float32), "opt_state": (), "step": 0}
+  with pytest.raises(ValueError, match=r"^this run needs about [\d.]+ TB of memory \(estimate: "
+                     r"params 40 TB .* for \d+ rows x \d+ tokens\), more than"):
+    setup_lib.check_memory(s, big, jax.devices()[0], 1)

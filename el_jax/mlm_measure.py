@@ -20,9 +20,14 @@ experiments/adversarial_pretraining.py (Tables 1 and 2):
 * the pre-training losses of a checkpoint's step, from the run's eval rows (`eval_row`).
 """
 import dataclasses
+import hashlib
+import inspect
+import json
+import os
 
 import jax
 import numpy as np
+import optax
 
 from el_jax import checkpoint
 from el_jax.data import downstream
@@ -32,6 +37,7 @@ from el_jax import metrics as metrics_lib
 from el_jax import probe
 from el_jax import step as step_lib
 from el_jax import train
+from el_jax import workdir as wd
 from el_jax.models import decoder
 
 # The fields of a probe / fine-tuning result that the experiments' JSON keeps.
@@ -62,6 +68,8 @@ class Settings:
   chunk: int = 4  # examples vmapped at once (memory)
   fine_tune_seeds: str = ""  # fine-tuning seeds, comma-separated ("" = no fine-tuning)
   fine_tune_epochs: int = 10  # fine-tuning epochs (the epoch is chosen on valid)
+  # folder of probe results by the content of their inputs ("" = none; `probe_features`)
+  probe_cache: str = ""
 
   @classmethod
   def from_args(cls, args):
@@ -127,13 +135,43 @@ class Measurer:
     the epoch chosen on valid) on the features `feats_fn(split)` of task `ds`, with the
     features' numerical rank (`probe.feature_rank`) and width beside it."""
     feats = {s: feats_fn(ds.split(s)) for s in ("train", "valid", "test")}
+    path = self._cache_path(feats, ds)
+    if path and os.path.exists(path):
+      return wd.read_json(path, what="a cached probe result (--probe_cache); delete it to "
+                                     "probe again")
     r = probe.linear_probe_selected(feats["train"], ds.train.labels, feats["valid"],
                                     ds.valid.labels, feats["test"], ds.test.labels,
                                     ds.num_classes, grid=self.grid,
                                     epochs=self.settings.probe_epochs)
-    return {**{k: r[k] for k in RESULT_KEYS}, "chosen": r["chosen"],
-            "selection": r["selection"], "feature_rank": probe.feature_rank(feats["train"]),
-            "num_features": int(feats["train"].shape[1])}
+    out = {**{k: r[k] for k in RESULT_KEYS}, "chosen": r["chosen"],
+           "selection": r["selection"], "feature_rank": probe.feature_rank(feats["train"]),
+           "num_features": int(feats["train"].shape[1])}
+    if path:  # atomically: a process reading it never sees half a file
+      wd.write_json(path, out)
+    return out
+
+  def _cache_path(self, feats, ds):
+    """Where `Settings.probe_cache` keeps the probe result of these inputs (None without a
+    cache): the name is a SHA-256 of everything the result is a function of, the features
+    and labels of the three splits (bytes, dtype, shape), the class count, the grid, the
+    epochs, el_jax.probe's source and the jax / optax versions. Same inputs on the same code
+    give bit-identical results, so a hit is the result a fresh probe would print; a model,
+    split or setting that differs in one bit is a miss. It lets processes probe disjoint
+    models in parallel and a later run collect them (experiments/mlm_flatness.py
+    --probe_cache)."""
+    if not self.settings.probe_cache:
+      return None
+    h = hashlib.sha256()
+    meta = {"grid": self.grid, "epochs": self.settings.probe_epochs,
+            "num_classes": ds.num_classes, "jax": jax.__version__, "optax": optax.__version__}
+    h.update(json.dumps(meta, sort_keys=True, default=str).encode())
+    h.update(inspect.getsource(probe).encode())
+    for s in ("train", "valid", "test"):
+      for a in (feats[s], ds.split(s).labels):
+        a = np.ascontiguousarray(np.asarray(a))
+        h.update(f"{s}|{a.dtype}|{a.shape}|".encode())
+        h.update(a.tobytes())
+    return os.path.join(self.settings.probe_cache, h.hexdigest() + ".json")
 
   def probes(self, graphdef, params):
     """Linear-probe results per downstream task (`probe_features` on the model's final hidden

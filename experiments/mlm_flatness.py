@@ -49,6 +49,10 @@ model.preset, e.g. `bilstm`, the paper's HMM architecture), each model measured 
 valid gap, probe, sanity rows and the trained models' probe against their random inits. It
 answers whether a model that learned more than the HMM's blocks probes above its init, before
 any figure's transfer claim rests on the probe. Written to <out>/pretrained_<language>[_<hmm>].json.
+With --probe_cache=DIR, every probe result is also kept in DIR by the content of its inputs
+(features, labels, grid, epochs, the probe's code): processes probing disjoint --seeds of the
+same run in parallel (one core each) fill it, and the run over all the seeds then reads them,
+the same numbers a single process prints.
 
 Figure 1 / 3 (`training`): the `cpu` AdamW run of the language is pre-trained
 to convergence, then continued from its parameters with SGD (warmup, then a
@@ -704,6 +708,10 @@ def main(argv=None):
   ap.add_argument("--probe_normalizations", default="standardize",
                   help="probe feature normalisations, comma-separated (standardize, whiten): "
                        "chosen on valid per model")
+  ap.add_argument("--probe_cache", default="",
+                  help="folder of probe results by the content of their inputs (default: "
+                       "none): processes probing disjoint --seeds in parallel fill it, and a "
+                       "run over all the seeds collects them (Measurer._cache_path)")
   ap.add_argument("--fine_tune_seeds", default="",
                   help="training figure: also fine-tune (the paper's protocol) at the first "
                        "and last measured checkpoint with these seeds, e.g. 0,1 (\"\" = no)")

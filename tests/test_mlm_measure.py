@@ -17,7 +17,8 @@ def test_settings_from_args_takes_its_fields_and_needs_them_all():
   args = argparse.Namespace(**SMALL, probe_data_seed=3, flat_inputs=4, flat_reps=2,
                             fisher_samples=5, hutchinson_probes=6, chunk=1, figure="size",
                             fine_tune_seeds="0,1", fine_tune_epochs=2, probe_lrs="0.01,0.001",
-                            probe_weight_decays="0", probe_normalizations="standardize,whiten")
+                            probe_weight_decays="0", probe_normalizations="standardize,whiten",
+                            probe_cache="")
   s = mlm_measure.Settings.from_args(args)
   assert (s.tasks, s.probe_data_seed, s.flat_inputs, s.fisher_samples, s.chunk,
           s.fine_tune_seeds, s.fine_tune_epochs, s.probe_lrs) == ("C", 3, 4, 5, 1, "0,1", 2,
@@ -93,3 +94,36 @@ def test_sanity_rows_and_two_pretrained_models_give_different_per_seed_results(t
                            for g in r["selection"]]
     assert 1 <= r["feature_rank"] <= r["num_features"]
   assert sanity["bayes"] > sanity["majority"]
+
+
+def test_probe_cache_returns_the_stored_result_for_the_same_inputs_only(tmp_path, monkeypatch):
+  """--probe_cache: a second Measurer with the same inputs reads the result the first one
+  computed (no probe trained); another model's features (another init) are a miss; a damaged
+  cache file is an error that names it."""
+  from el_jax import probe
+  from el_jax import workdir as wd
+  monkeypatch.setenv("EL_JAX_CACHE", str(tmp_path / "xla"))
+  cfg = runner.get_config("pcfg_mlm", "test", {"seeds": (0,)})
+  small = dict(SMALL, flat_inputs=4, flat_reps=2, probe_cache=str(tmp_path / "probes"))
+  settings = mlm_measure.Settings(**small)
+  calls = []
+  real = probe.linear_probe_selected
+  monkeypatch.setattr(probe, "linear_probe_selected",
+                      lambda *a, **k: calls.append(1) or real(*a, **k))
+  m = mlm_measure.Measurer(cfg, settings, "pcfg")
+  g = m.trainer.graphdef
+  first = m.probes(g, m.random_init_params(0))
+  assert len(calls) == 1 and len(list((tmp_path / "probes").glob("*.json"))) == 1
+  m2 = mlm_measure.Measurer(cfg, settings, "pcfg")
+  assert m2.probes(g, m2.random_init_params(0)) == json.loads(json.dumps(first))
+  assert len(calls) == 1  # read, not trained
+  m2.probes(g, m2.random_init_params(1))  # another init: other features, a miss
+  assert len(calls) == 2 and len(list((tmp_path / "probes").glob("*.json"))) == 2
+  other = mlm_measure.Measurer(cfg, mlm_measure.Settings(**{**small, "probe_epochs": 2}),
+                               "pcfg")
+  other.probes(g, other.random_init_params(0))  # another setting: a miss
+  assert len(calls) == 3
+  for f in (tmp_path / "probes").glob("*.json"):
+    f.write_text('{"test_acc": [0.5')
+  with pytest.raises(wd.WorkdirError, match=r"probes/[0-9a-f]{64}\.json is damaged.*cached probe"):
+    m2.probes(g, m2.random_init_params(0))

@@ -154,7 +154,8 @@ class Measurer:
     """Where `Settings.probe_cache` keeps the probe result of these inputs (None without a
     cache): the name is a SHA-256 of everything the result is a function of, the features
     and labels of the three splits (bytes, dtype, shape), the class count, the grid, the
-    epochs, el_jax.probe's source and the jax / optax versions. Same inputs on the same code
+    epochs, el_jax.probe's source, `probe_features`' own (the fields it keeps) and the jax /
+    optax versions. Same inputs on the same code
     give bit-identical results, so a hit is the result a fresh probe would print; a model,
     split or setting that differs in one bit is a miss. It lets processes probe disjoint
     models in parallel and a later run collect them (experiments/mlm_flatness.py
@@ -166,6 +167,7 @@ class Measurer:
             "num_classes": ds.num_classes, "jax": jax.__version__, "optax": optax.__version__}
     h.update(json.dumps(meta, sort_keys=True, default=str).encode())
     h.update(inspect.getsource(probe).encode())
+    h.update(inspect.getsource(Measurer.probe_features).encode())  # the fields it keeps
     for s in ("train", "valid", "test"):
       for a in (feats[s], ds.split(s).labels):
         a = np.ascontiguousarray(np.asarray(a))

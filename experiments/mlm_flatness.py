@@ -51,7 +51,7 @@ answers whether a model that learned more than the HMM's blocks probes above its
 any figure's transfer claim rests on the probe. Written to <out>/pretrained_<language>[_<hmm>].json.
 With --probe_cache=DIR, every probe result is also kept in DIR by the content of its inputs
 (features, labels, grid, epochs, the probe's code): processes probing disjoint --seeds of the
-same run in parallel (one core each) fill it, and the run over all the seeds then reads them,
+same run in parallel fill it, and the run over all the seeds then reads them,
 the same numbers a single process prints.
 
 Figure 1 / 3 (`training`): the `cpu` AdamW run of the language is pre-trained

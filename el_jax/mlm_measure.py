@@ -157,9 +157,8 @@ class Measurer:
     epochs, el_jax.probe's source, `probe_features`' own (the fields it keeps) and the jax /
     optax versions. Same inputs on the same code give bit-identical results, so a hit is the
     result a fresh probe would print; a model, split or setting that differs in one bit is a
-    miss. It lets processes probe disjoint
-    models in parallel and a later run collect them (experiments/mlm_flatness.py
-    --probe_cache)."""
+    miss. It lets processes probe disjoint models in parallel and a later run collect them
+    (experiments/mlm_flatness.py --probe_cache)."""
     if not self.settings.probe_cache:
       return None
     h = hashlib.sha256()

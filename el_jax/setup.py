@@ -297,7 +297,8 @@ def check_memory(setup, abstract_state, device, num_devices):
       f"this run needs about {_gb(need)} of memory ({each}estimate: params "
       f"{_gb(est['params'])} + optimizer state {_gb(est['opt_state'])} + gradients "
       f"{_gb(est['grads'])} + activations {_gb(est['activations'])} for {est['rows']} rows x "
-      f"{est['context']} tokens{per_token}), more than the {_gb(have)} available ({device.platform}: {source}); lower "
+      f"{est['context']} tokens{per_token}), more than the {_gb(have)} available "
+      f"({device.platform}: {source}); lower "
       f"{lower}, or use a device with more memory")
 
 

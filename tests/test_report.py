@@ -302,20 +302,20 @@ def test_claims_follow_their_numbers(tmp_path):
 
 
 def test_the_lstm_6000_step_paragraph_says_what_its_floor_allows():
-  """The seed-002 page says the 6000-step LSTMs' "trained above random init" is not
-  significant by design: true while the paired sign flip's floor (2 / 2^n) is above 0.05,
-  i.e. up to 5 models; a sixth model makes the sentence wrong, and this test says so; it says
-  "significant at 0.05" exactly when the file's p is below 0.05. The
+  """The seed-002 page says the 6000-step LSTMs' "trained above random init" is "not
+  significant by design" exactly while the paired sign flip's floor (2 / 2^n) is above 0.05
+  (up to 5 models), and "significant at 0.05" exactly when the file's p is below 0.05. The
   README row says its p is at the floor: a model below its init would make that wrong."""
   c = json.load(open(os.path.join(
       ROOT, report.RESULTS, "mlm_flatness", "sharp_bilstm_6k", "pretrained_hmm_sharp.json")))[
       "comparison"]["vs_random_init"]["10"]
   assert c["p_floor"] == pytest.approx(2 / 2 ** c["n"])  # an independent count of the floor
   page = open(os.path.join(DOCS, "seed002_flatness.md")).read()
-  says = '"trained above random init" is not significant by design' in " ".join(page.split())
+  text = " ".join(page.split())
+  says = '"trained above random init" is not significant by design' in text
   assert says == (c["p_floor"] > 0.05), (c["n"], c["p_floor"])
   # and says it is significant exactly when p is below 0.05 (possible from 6 models on)
-  significant = '"trained above random init" is significant at 0.05' in " ".join(page.split())
+  significant = '"trained above random init" is significant at 0.05' in text
   assert significant == (c["p_value"] < 0.05), (c["n"], c["p_value"])
   # the README's index row says the p sits at its floor
   readme = open(os.path.join(ROOT, report.README)).read()

@@ -1100,11 +1100,14 @@ _CONT = {"sgd": ("training_{}.json", "sgd", "SGD"),
 
 
 def _mlm_cont(R, language, optimizer):
-  """(the training figure's JSON for `optimizer`, its key prefix, its display name)."""
+  """(the training figure's JSON for `optimizer`, its key prefix, its display name).
+  `language` is "pcfg" / "hmm" (the file `_CONT` names), or a JSON path under
+  results/mlm_flatness/ (e.g. "sharp_bilstm_6k_sgd/training_hmm_sharp.json")."""
   if optimizer not in _CONT:
     raise ValueError(f"unknown continuation {optimizer!r}; allowed: {sorted(_CONT)}")
   path, key, shown = _CONT[optimizer]
-  return R.load(f"{MLM}/{path.format(language)}"), key, shown
+  rel = language if language.endswith(".json") else path.format(language)
+  return R.load(f"{MLM}/{rel}"), key, shown
 
 
 @table("mlm_training")

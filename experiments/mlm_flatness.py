@@ -77,6 +77,20 @@ pre-training ends its cosine decay at 1e-4 from a peak of 1e-3); the same
 measurements, written to <out>/training_adamw_<language>.json. The flags
 --sgd_lrs / --sgd_warmup / --sgd_steps are the continuation's, whichever the
 optimizer (aliases --continue_lrs / --continue_warmup / --continue_steps).
+With --pretrain the training figure continues the `pretrained` figure's run (the same label,
+so a finished one is read back, not trained again; --pretrain_seeds names its model seeds when
+they are more than the --seeds continued), and the pilot and continuation keep its model.*
+and train.batch_size (runs suffixed like it, e.g. `hmm_sharp_sgd_pretrain_bilstm`): the
+paper's HMM architecture continued with SGD (issue 34):
+
+  python experiments/mlm_flatness.py --figure=training --language=hmm --hmm=sharp \
+      --seeds=0,1,2 --pretrain_seeds=0,1,2,3,4,5 --pretrain=model.preset=bilstm,\
+train.batch_size=256,train.num_steps=6000,optim.lr=0.002,optim.warmup_steps=300 \
+      --sgd_lrs=0.1,0.3,1 --pilot_steps=150 --sgd_steps=2000 --every=1000 \
+      --flat_inputs=100 --fisher_samples=20 --probe_train=10000 --probe_valid=2000 \
+      --probe_test=4000 --probe_epochs=30 --probe_lrs=0.001,0.01 \
+      --probe_normalizations=standardize,whiten --runs=runs/mlm_flatness_6k \
+      --probe_cache=runs/probe_cache --out=results/mlm_flatness/sharp_bilstm_6k_sgd
 
 Figure 2 (`size`): the `--sizes` (d_model/heads/layers/MLP) trained with the
 same recipe; Figure 5 (`embedded`): the same models grown by
@@ -102,7 +116,7 @@ Results: `results/mlm_flatness/`, on the page docs/results/seed002_flatness.md#f
 Figs. 1 / 3 14-18 min per language and seed (41 min for the HMM with --seeds=0,1,2; 86 min
 with --sgd_steps=12000 --every=3000 --fine_tune_seeds=0,1 --fine_tune_epochs=5; Fig. 1 with
 --continue_with=adamw --continue_steps=9000 --every=2250 and the same seeds and fine-tuning
-131 min beside other jobs), Fig. 2
+131 min beside other jobs; the LSTM command above 96 min), Fig. 2
 82 min, Fig. 5 6.4 min. Command: `python experiments/mlm_flatness.py --figure=training --language=hmm`.
 """
 import argparse
@@ -220,12 +234,13 @@ def pilot_lr(g, language, args, seeds, base_dir, base_steps):
   opt = args.continue_with
   start = _mean_eval(base_dir, seeds, base_steps)
   chosen, trials = None, {}
+  extra = parse_pretrain(args.pretrain)
   for lr in sorted(float(x) for x in args.sgd_lrs.split(",")):
     prefix = run_prefix(language, args)
     label = (f"{prefix}_pilot_lr{lr:g}" if opt == "sgd"
-             else f"{prefix}_{NAME[opt]}_pilot_lr{lr:g}")
+             else f"{prefix}_{NAME[opt]}_pilot_lr{lr:g}") + pretrain_suffix(extra)
     g.add(label, f"{language}_mlm", args.size,
-          {**hmm_overrides(language, args),
+          {**hmm_overrides(language, args), **carried_overrides(extra),
            **continue_overrides(args, base_dir, lr, args.pilot_steps, args.pilot_steps, opt)},
           seeds=seeds, phase="pilot", **{f"{NAME[opt]}_lr": lr})
     g.run([label])
@@ -248,15 +263,13 @@ def figure_training(language, args, path):
   name = NAME[opt]
   step_key = f"{name}_step"
   g = grid_lib.Grid(path, runs_dir=args.runs, reuse_rows=False)
-  base = f"{run_prefix(language, args)}_adamw"
-  g.add(base, f"{language}_mlm", args.size, hmm_overrides(language, args), seeds=seeds,
-        phase="adamw")
+  base, extra = add_pretraining(g, language, args, tuple(args.pretrain_seeds or seeds))
   (base_row,) = g.run([base])
   base_dir, base_steps = base_row["workdir"], base_row["config"]["train"]["num_steps"]
   lr, start, trials = pilot_lr(g, language, args, seeds, base_dir, base_steps)
-  cont = f"{run_prefix(language, args)}_{name}"
+  cont = f"{run_prefix(language, args)}_{name}{pretrain_suffix(extra)}"
   g.add(cont, f"{language}_mlm", args.size,
-        {**hmm_overrides(language, args),
+        {**hmm_overrides(language, args), **carried_overrides(extra),
          **continue_overrides(args, base_dir, lr, args.sgd_steps, args.every, opt)},
         seeds=seeds, phase=name, **{f"{name}_lr": lr})
   g.run([cont])
@@ -292,7 +305,8 @@ def figure_training(language, args, path):
   _print_sanity(sanity)
   return g, {"figure": "training", "language": language, "size": args.size, "hmm": args.hmm,
              "sanity": sanity,
-             "continued_with": opt, "adamw_run": base_dir, f"{name}_run": cont_dir,
+             "continued_with": opt, "pretrain": extra, "adamw_run": base_dir,
+             f"{name}_run": cont_dir,
              f"{name}_lr": lr, "pilot": trials, "pilot_start_valid_loss": start,
              "points": points, "comparison": comparison, "config": g.rows[cont]["config"],
              "paper": PAPER["training" if opt == "sgd" else "training_adamw"],
@@ -470,6 +484,34 @@ def parse_pretrain(text):
   return out
 
 
+def add_pretraining(g, language, args, seeds):
+  """Adds the AdamW pre-training run (the variant's recipe with --pretrain's overrides, model
+  seeds `seeds`) to the grid `g`; returns its label and the overrides. A run with overrides is
+  named `<language>[_<hmm>]_adamw_pretrain`, plus `_<preset>` when they set model.preset (the
+  training and pretrained figures share it: one finished run serves both)."""
+  extra = parse_pretrain(args.pretrain)
+  base = f"{run_prefix(language, args)}_adamw{pretrain_suffix(extra)}"
+  g.add(base, f"{language}_mlm", args.size, {**hmm_overrides(language, args), **extra},
+        seeds=seeds, phase="adamw")
+  return base, extra
+
+
+def pretrain_suffix(extra):
+  """The run labels' suffix of --pretrain's overrides `extra`: "" without, "_pretrain" with,
+  plus "_<preset>" when they set model.preset (another architecture: runs of its own)."""
+  if not extra:
+    return ""
+  return "_pretrain" + (f"_{extra['model.preset']}" if "model.preset" in extra else "")
+
+
+def carried_overrides(extra):
+  """What a continuation (and its pilot) keeps of --pretrain's overrides: the model.* items
+  (it restores that architecture) and train.batch_size (the same batch as the pre-training);
+  its optimizer, steps and schedule are its own."""
+  return {k: v for k, v in extra.items()
+          if k.startswith("model.") or k == "train.batch_size"}
+
+
 def figure_pretrained(language, args, path):
   """Does the probe see what pre-training learned (issue 34)? The AdamW pre-training runs
   alone (model seeds --seeds, the variant's recipe with --pretrain's overrides), each
@@ -479,12 +521,7 @@ def figure_pretrained(language, args, path):
   t0 = time.time()
   seeds = tuple(args.seeds)
   g = grid_lib.Grid(path, runs_dir=args.runs, reuse_rows=False)
-  extra = parse_pretrain(args.pretrain)
-  base = f"{run_prefix(language, args)}_adamw" + ("_pretrain" if extra else "")
-  if "model.preset" in extra:  # another architecture: its own run (e.g. _pretrain_bilstm)
-    base += f"_{extra['model.preset']}"
-  g.add(base, f"{language}_mlm", args.size, {**hmm_overrides(language, args), **extra},
-        seeds=seeds, phase="adamw")
+  base, extra = add_pretraining(g, language, args, seeds)
   (row,) = g.run([base])
   base_dir, steps = row["workdir"], row["config"]["train"]["num_steps"]
   m = _measurer(g.runs[base].config(), args, language)
@@ -719,7 +756,12 @@ def main(argv=None):
   ap.add_argument("--pretrain", default="",
                   help="pretrained figure: overrides of the AdamW pre-training, comma-separated "
                        "key=value (train.* / optim.* / model.*), e.g. train.batch_size=256,"
-                       "train.num_steps=6000,optim.lr=0.002 (its run is named apart)")
+                       "train.num_steps=6000,optim.lr=0.002 (its run is named apart); "
+                       "training figure: the run continued, its model.* the continuation's")
+  ap.add_argument("--pretrain_seeds", default="",
+                  help="training figure: the model seeds of the pre-training run, a superset "
+                       "of --seeds (\"\" = --seeds), e.g. 0,1,2,3,4,5 to reuse the six-model "
+                       "pretrained run while continuing --seeds=0,1,2")
   args = ap.parse_args(argv)
   args.tasks = args.tasks or ("C" if args.language == "pcfg" else "10")
   if args.continue_with != "sgd" and args.figure != "training":
@@ -740,8 +782,17 @@ def main(argv=None):
     raise ValueError("--fine_tune_seeds is for --figure=training (first and last checkpoint)")
   if args.fine_tune_epochs < 1:
     raise ValueError(f"--fine_tune_epochs={args.fine_tune_epochs} must be >= 1")
-  if args.pretrain and args.figure != "pretrained":
-    raise ValueError("--pretrain is for --figure=pretrained")
+  if args.pretrain and args.figure not in ("training", "pretrained"):
+    raise ValueError("--pretrain is for --figure=training or --figure=pretrained")
+  try:
+    args.pretrain_seeds = [int(x) for x in args.pretrain_seeds.split(",") if x.strip()]
+  except ValueError:
+    raise ValueError(f"--pretrain_seeds={args.pretrain_seeds!r} must be comma-separated "
+                     f"integers (or empty: --seeds)") from None
+  if args.pretrain_seeds and (args.figure != "training"
+                              or not set(args.seeds) <= set(args.pretrain_seeds)):
+    raise ValueError(f"--pretrain_seeds={args.pretrain_seeds} is for --figure=training and must "
+                     f"contain every --seeds {args.seeds}")
   parse_pretrain(args.pretrain)  # a malformed item stops here, before any training
   if args.figure not in ("training", "pretrained") and args.seeds != [0]:
     raise ValueError("--seeds is for --figure=training; Figures 2 / 5 train seed 0")

@@ -456,5 +456,33 @@ def test_mlm_flatness_pretrained_figure_at_test_size(tmp_path):
   for bad, says in (("train.num_steps", "is not key=value"), ("data.length=3", "is not a train.*")):
     with pytest.raises(ValueError, match=re.escape(says)):
       ms.main(argv[:4] + [f"--pretrain={bad}"] + argv[5:])
-  with pytest.raises(ValueError, match="--pretrain is for --figure=pretrained"):
-    ms.main(["--figure=training", "--pretrain=train.num_steps=3"] + argv[5:])
+  with pytest.raises(ValueError, match="--pretrain is for --figure=training or"):
+    ms.main(["--figure=size", "--pretrain=train.num_steps=3"] + argv[5:])
+  # The training figure continues that run (read back, not trained again: its metrics are
+  # untouched) for --seeds=1 of its --pretrain_seeds=0,1, with the LSTM and the pre-training's
+  # batch in the pilot and continuation runs, and measures seed 1 from the pre-trained model.
+  base_dir = doc["adamw_run"]
+  with open(os.path.join(base_dir, "metrics.jsonl"), "rb") as f:
+    before = f.read()
+  pretrain = "--pretrain=model.preset=bilstm,train.num_steps=30,optim.lr=0.003"
+  tr = ["--figure=training", "--seeds=1", "--pretrain_seeds=0,1", "--sgd_lrs=0.01,0.1",
+        "--pilot_steps=4", "--sgd_steps=8", "--every=4", "--sgd_warmup=2", "--pilot_tol=10"]
+  out = ms.main(tr + argv[1:3] + [pretrain] + argv[5:])
+  with open(os.path.join(base_dir, "metrics.jsonl"), "rb") as f:
+    assert f.read() == before
+  labels = [r["label"] for r in out["rows"]]
+  assert labels == ["hmm_adamw_pretrain_bilstm", "hmm_pilot_lr0.01_pretrain_bilstm",
+                    "hmm_pilot_lr0.1_pretrain_bilstm", "hmm_sgd_pretrain_bilstm"]
+  assert out["rows"][0]["workdir"] == base_dir and out["rows"][0]["seeds"] == [0, 1]
+  batch = doc["config"]["train"]["batch_size"]
+  for r in out["rows"][1:]:
+    assert r["seeds"] == [1] and r["config"]["model"]["preset"] == "bilstm"
+    assert r["config"]["train"]["batch_size"] == batch and r["config"]["optim"]["name"] == "sgd"
+  assert out["pretrain"] == row["overrides"] and out["sgd_lr"] == 0.1
+  assert [(p["seed"], p["sgd_step"]) for p in out["points"]] == [(1, 0), (1, 4), (1, 8)]
+  # step 0 is the pre-trained model itself: the same probe as the pretrained figure's seed 1
+  assert out["points"][0]["probe"]["10"]["test_acc"] == doc["points"][1]["probe"]["10"]["test_acc"]
+  for bad, says in (("--pretrain_seeds=0", "must contain every --seeds"),
+                    ("--pretrain_seeds=x", "must be comma-separated")):
+    with pytest.raises(ValueError, match=says):
+      ms.main(tr[:2] + [bad] + argv[1:3] + argv[5:])

@@ -757,7 +757,8 @@ def main(argv=None):
                   help="pretrained figure: overrides of the AdamW pre-training, comma-separated "
                        "key=value (train.* / optim.* / model.*), e.g. train.batch_size=256,"
                        "train.num_steps=6000,optim.lr=0.002 (its run is named apart); "
-                       "training figure: the run continued, its model.* the continuation's")
+                       "training figure: the run continued (its model.* and train.batch_size "
+                       "also the continuation's)")
   ap.add_argument("--pretrain_seeds", default="",
                   help="training figure: the model seeds of the pre-training run, a superset "
                        "of --seeds (\"\" = --seeds), e.g. 0,1,2,3,4,5 to reuse the six-model "
@@ -789,10 +790,11 @@ def main(argv=None):
   except ValueError:
     raise ValueError(f"--pretrain_seeds={args.pretrain_seeds!r} must be comma-separated "
                      f"integers (or empty: --seeds)") from None
-  if args.pretrain_seeds and (args.figure != "training"
-                              or not set(args.seeds) <= set(args.pretrain_seeds)):
-    raise ValueError(f"--pretrain_seeds={args.pretrain_seeds} is for --figure=training and must "
-                     f"contain every --seeds {args.seeds}")
+  ps = args.pretrain_seeds
+  if ps and (args.figure != "training" or not set(args.seeds) <= set(ps)
+             or len(set(ps)) != len(ps) or min(ps) < 0):
+    raise ValueError(f"--pretrain_seeds={ps} is for --figure=training and must be distinct "
+                     f"integers >= 0 that contain every --seeds {args.seeds}")
   parse_pretrain(args.pretrain)  # a malformed item stops here, before any training
   if args.figure not in ("training", "pretrained") and args.seeds != [0]:
     raise ValueError("--seeds is for --figure=training; Figures 2 / 5 train seed 0")

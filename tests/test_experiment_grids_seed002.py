@@ -482,7 +482,8 @@ def test_mlm_flatness_pretrained_figure_at_test_size(tmp_path):
   assert [(p["seed"], p["sgd_step"]) for p in out["points"]] == [(1, 0), (1, 4), (1, 8)]
   # step 0 is the pre-trained model itself: the same probe as the pretrained figure's seed 1
   assert out["points"][0]["probe"]["10"]["test_acc"] == doc["points"][1]["probe"]["10"]["test_acc"]
-  for bad, says in (("--pretrain_seeds=0", "must contain every --seeds"),
+  for bad, says in (("--pretrain_seeds=0", "that contain every --seeds"),
+                    ("--pretrain_seeds=1,1", "must be distinct"),
                     ("--pretrain_seeds=x", "must be comma-separated")):
     with pytest.raises(ValueError, match=says):
       ms.main(tr[:2] + [bad] + argv[1:3] + argv[5:])

@@ -226,15 +226,14 @@ def continue_overrides(args, base_dir, lr, steps, every, optimizer="sgd"):
   return over
 
 
-def pilot_lr(g, language, args, seeds, base_dir, base_steps):
+def pilot_lr(g, language, args, seeds, base_dir, base_steps, extra):
   """The largest lr of --sgd_lrs (of the continuation optimizer, --continue_with) whose valid
   loss after --pilot_steps (mean over the model seeds) stays within --pilot_tol of the
   converged run's (chosen on valid, before the long run). Each trial is a run of the grid
-  `g`."""
+  `g`, with `extra`'s (--pretrain's parsed overrides) `carried_overrides`."""
   opt = args.continue_with
   start = _mean_eval(base_dir, seeds, base_steps)
   chosen, trials = None, {}
-  extra = parse_pretrain(args.pretrain)
   for lr in sorted(float(x) for x in args.sgd_lrs.split(",")):
     prefix = run_prefix(language, args)
     label = (f"{prefix}_pilot_lr{lr:g}" if opt == "sgd"
@@ -266,7 +265,7 @@ def figure_training(language, args, path):
   base, extra = add_pretraining(g, language, args, tuple(args.pretrain_seeds or seeds))
   (base_row,) = g.run([base])
   base_dir, base_steps = base_row["workdir"], base_row["config"]["train"]["num_steps"]
-  lr, start, trials = pilot_lr(g, language, args, seeds, base_dir, base_steps)
+  lr, start, trials = pilot_lr(g, language, args, seeds, base_dir, base_steps, extra)
   cont = f"{run_prefix(language, args)}_{name}{pretrain_suffix(extra)}"
   g.add(cont, f"{language}_mlm", args.size,
         {**hmm_overrides(language, args), **carried_overrides(extra),
@@ -691,6 +690,16 @@ def plot(result, path):
   plt.close(fig)
 
 
+def optional_ints(flag, text, empty_means):
+  """--`flag`'s comma-separated integers (empty items skipped; "" gives []), or an error that
+  names the flag and what an empty value means."""
+  try:
+    return [int(x) for x in text.split(",") if x.strip()]
+  except ValueError:
+    raise ValueError(f"--{flag}={text!r} must be comma-separated integers (or empty: "
+                     f"{empty_means})") from None
+
+
 def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--figure", choices=["training", "size", "embedded", "pretrained"],
@@ -774,23 +783,14 @@ def main(argv=None):
     raise ValueError(f"--seeds={args.seeds!r} must be comma-separated integers") from None
   if len(set(args.seeds)) != len(args.seeds) or min(args.seeds) < 0:
     raise ValueError(f"--seeds={args.seeds} must be distinct integers >= 0")
-  try:
-    ft = [int(x) for x in args.fine_tune_seeds.split(",") if x.strip()]
-  except ValueError:
-    raise ValueError(f"--fine_tune_seeds={args.fine_tune_seeds!r} must be comma-separated "
-                     f"integers (or empty: no fine-tuning)") from None
+  ft = optional_ints("fine_tune_seeds", args.fine_tune_seeds, "no fine-tuning")
   if ft and args.figure != "training":
     raise ValueError("--fine_tune_seeds is for --figure=training (first and last checkpoint)")
   if args.fine_tune_epochs < 1:
     raise ValueError(f"--fine_tune_epochs={args.fine_tune_epochs} must be >= 1")
   if args.pretrain and args.figure not in ("training", "pretrained"):
     raise ValueError("--pretrain is for --figure=training or --figure=pretrained")
-  try:
-    args.pretrain_seeds = [int(x) for x in args.pretrain_seeds.split(",") if x.strip()]
-  except ValueError:
-    raise ValueError(f"--pretrain_seeds={args.pretrain_seeds!r} must be comma-separated "
-                     f"integers (or empty: --seeds)") from None
-  ps = args.pretrain_seeds
+  ps = args.pretrain_seeds = optional_ints("pretrain_seeds", args.pretrain_seeds, "--seeds")
   if ps and (args.figure != "training" or not set(args.seeds) <= set(ps)
              or len(set(ps)) != len(ps) or min(ps) < 0):
     raise ValueError(f"--pretrain_seeds={ps} is for --figure=training and must be distinct "

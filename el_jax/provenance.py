@@ -46,6 +46,27 @@ def cpu_model():
       [f for f in ISA_FLAGS if f in flags]
 
 
+def cpu_id():
+  """"<vendor> family F model M stepping S" from /proc/cpuinfo ("" where it has none): tells
+  apart CPUs whose model name is the same (a guest's "AMD EPYC" is Zen 4 or Zen 5 by family)."""
+  fields = {}
+  try:
+    with open("/proc/cpuinfo") as f:
+      for line in f:
+        key, _, val = line.partition(":")
+        key = key.strip()
+        if key in ("vendor_id", "cpu family", "model", "stepping") and key not in fields:
+          fields[key] = val.strip()
+        if not line.strip() and fields:  # the first processor's block is enough
+          break
+  except OSError:
+    return ""
+  if "cpu family" not in fields:
+    return ""
+  return (f"{fields.get('vendor_id', '?')} family {fields['cpu family']} model "
+          f"{fields.get('model', '?')} stepping {fields.get('stepping', '?')}")
+
+
 def _version(module_name):
   try:
     import importlib.metadata as md
@@ -64,6 +85,7 @@ def ran_on(devices=None):
   matmul_precision  `jax_default_matmul_precision` ("default" when unset: TF32 for float32
                 on NVIDIA GPUs since Ampere, bf16 passes on TPU, full float32 on CPU)
   cpu, cpu_flags  the host CPU's model name and its ISA_FLAGS
+  cpu_id        its vendor, family, model and stepping (`cpu_id`)
   xla_flags     $XLA_FLAGS ("" when unset)
   malloc        the host malloc settings of el_jax.hostmem ("default": glibc's own)
   """
@@ -82,6 +104,7 @@ def ran_on(devices=None):
       "matmul_precision": str(jax.config.jax_default_matmul_precision or "default"),
       "cpu": cpu,
       "cpu_flags": flags,
+      "cpu_id": cpu_id(),
       "xla_flags": os.environ.get("XLA_FLAGS", ""),
       "malloc": hostmem.state()["malloc"],
   }

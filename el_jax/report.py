@@ -1356,8 +1356,8 @@ ADV = "adversarial_pretraining/table.json"
 @table("adversarial_sanity")
 def _adversarial_sanity(R):
   """Tables 1-2's sanity rows (issue 34): per task the majority class, the Bayes classifier
-  (1: the label is the inside algorithm's argmax) and the probe on the random init of model
-  seed 0, beside the lookup table's and the trained models' probes in the table above."""
+  (1: the label is the inside algorithm's argmax) and the probe on the random init of every
+  model seed, beside the lookup table's and the trained models' probes in the table above."""
   d = R.load(ADV)
   if "sanity" not in d:
     return ("*No sanity rows* (majority class, Bayes, random init: "
@@ -1374,34 +1374,50 @@ def _adversarial_sanity(R):
 
 @table("adversarial_table")
 def _adversarial_table(R):
+  """One row per pre-trained model (arm, model seed), then each arm's mean (std) over its
+  models; the lookup table and the paper's rows."""
   d = R.load(ADV)
   m = d["models"]
-  names = {"adamw": f"AdamW, step {m['adamw']['step']}",
-           "adamw_matched": f"AdamW, step {m['adamw_matched']['step']} (equal loss)",
-           "adversarial": f"adversarial (weight {d['adversarial']['weight']:g})",
-           "lookup_table": "lookup table"}
+  arms = {"adamw": "AdamW, final", "adamw_matched": "AdamW at equal loss",
+          "adversarial": f"adversarial (weight {d['adversarial']['weight']:g})"}
   out = []
-  for k in ("adamw", "adamw_matched", "adversarial", "lookup_table"):
-    x = m[k]
-    gap = "optimum" if x["valid_gap"] == 0 else f(x["valid_gap"])
-    pa, pb = x["probe"]["A"], x["probe"]["B"]
-    tr = (f"{x['trace_b1']:.0f} +- {x['trace_b1_std']:.0f}" if "trace_b1" in x else "-")
-    hu = (f"{x['trace_hutchinson']:.0f} +- {x['trace_hutchinson_stderr']:.0f}"
-          if "trace_hutchinson" in x else "-")
-    out.append([names[k], f"{f(x['valid_mlm_loss'])} ({gap})",
-                f"{100 * pa['test_acc_mean']:.2f} +- {100 * pa['test_acc_std']:.2f}",
-                f"{100 * pb['test_acc_mean']:.2f} +- {100 * pb['test_acc_std']:.2f}", tr, hu])
+
+  def probe(r, t):
+    return f"{100 * r['probe'][t]['test_acc_mean']:.2f} +- {100 * r['probe'][t]['test_acc_std']:.2f}"
+  for k, name in arms.items():
+    for seed, x in m[k]["seeds"].items():
+      out.append([f"{name}, seed {seed} (step {x['step']})",
+                  f"{f(x['valid_mlm_loss'])} ({f(x['valid_gap'])})", probe(x, "A"),
+                  probe(x, "B"), f"{x['trace_b1']:.0f} +- {x['trace_b1_std']:.0f}",
+                  f"{x['trace_hutchinson']:.0f} +- {x['trace_hutchinson_stderr']:.0f}"])
+  n = len(d["seeds"])
+  for k, name in arms.items():
+    a = m[k]["mean"]
+
+    def ms(key, scale=1, dg=2):
+      sd = a[key]["std"]
+      return (f"{scale * a[key]['mean']:.{dg}f}" +
+              (f" ({scale * sd:.{dg}f})" if sd is not None else ""))
+    out.append([f"**{name}: mean (std) over {n} models**",
+                f"{f(a['valid_mlm_loss']['mean'])} ({f(a['valid_gap']['mean'])})",
+                ms("probe_A", 100), ms("probe_B", 100), ms("trace_b1", dg=0),
+                ms("trace_hutchinson", dg=0)])
+  x = d["lookup_table"]
+  out.append(["lookup table", f"{f(x['valid_mlm_loss'])} (optimum)", probe(x, "A"),
+              probe(x, "B"), "-", "-"])
   for k, label in (("adamw", "paper (235M BERT): AdamW"), ("adversarial", "paper: adversarial"),
                    ("lookup", "paper: lookup table")):
     t2 = PAPER.get(f"s002.t2.{k}.trace")
     out.append([label, PAPER[f"s002.t1.{k}.loss"][0], PAPER[f"s002.t1.{k}.A"][0],
                 PAPER[f"s002.t1.{k}.B"][0], t2[0] if t2 else "-", "-"])
-  return md(["model", "valid MLM loss (gap)", "task A %", "task B %", "Tr(H) B.1",
-             "Tr(H) Hutchinson"], out)
+  return md(["model", "valid MLM loss (gap)", "task A % (+- std over probe seeds)", "task B %",
+             "Tr(H) B.1 (+- std over reps)", "Tr(H) Hutchinson (+- stderr)"], out)
 
 
 @table("adversarial_comparisons")
 def _adversarial_comparisons(R):
+  """Adversarial vs the final AdamW model and vs its checkpoint at equal loss: over the model
+  seeds (paired by seed, sign flip) when several ran, else over one pair's probe seeds."""
   d = R.load(ADV)["comparisons"]
   out = []
   for name, c in d.items():
@@ -1410,15 +1426,17 @@ def _adversarial_comparisons(R):
       x = c[k]
       s = 100 if k.startswith("probe") else 1
       dg = 1 if k.startswith("probe") else 0
+      paired = x.get("test") == "paired sign flip"
+      units = (f"{x['n_up']} up, {x['n_down']} down" if paired else f"{x['n_a']} vs {x['n_b']}")
       out.append([f"adversarial vs {ref}", k.replace("probe_", "task ").replace("trace_b1",
                                                                                 "Tr(H) B.1"),
-                  f"{s * x['diff']:+.{dg}f}", f"[{s * x['ci95'][0]:+.{dg}f}, "
-                  f"{s * x['ci95'][1]:+.{dg}f}]", p_note(x), _holm(x, 6),
-                  f"{x['n_a']} vs {x['n_b']}"])
-    out.append([f"adversarial vs {ref}", "valid MLM loss", sf(c["valid_mlm_loss_diff"]), "-", "-",
-                "-", "-"])
-  return md(["comparison", "quantity", "difference (points for probes)", "bootstrap 95%",
-             "permutation p", "Holm p (over the table)", "probe seeds / repetitions"], out)
+                  f"{s * x['diff']:+.{dg}f}", units, ci_cell(x, dg, s), p_note(x), _holm(x, 6),
+                  c.get("over", "probe seeds / Tr(H) repetitions of one pair of models")])
+    out.append([f"adversarial vs {ref}", "valid MLM loss", sf(c["valid_mlm_loss_diff"]), "-",
+                "-", "-", "-", "-"])
+  return md(["comparison", "quantity", "difference (points for probes)", "models / units",
+             "bootstrap 95%", "p (paired: sign flip; else permutation)",
+             "Holm p (over the table)", "over"], out)
 
 
 @table("adversarial_pilot")
@@ -1427,7 +1445,8 @@ def _adversarial_pilot(R):
   rows = [[f"{t['weight']:g}" + (" (chosen)" if t["weight"] == p["chosen_weight"] else ""),
            f(t["valid_mlm_loss"], 4), sf(t["minus_normal"]), "yes" if t["within_tol"] else "no"]
           for t in p["trials"].values()]
-  return md(["weight", f"valid MLM loss at step {p['steps']}", "minus the normal run's "
+  return md(["weight", f"valid MLM loss at step {p['steps']} (mean over the model seeds)",
+             "minus the normal run's "
              f"({f(p['normal_valid_mlm_loss'], 4)})", f"within {p['tol']:g} nats"], rows)
 
 
@@ -1627,9 +1646,10 @@ def _cpu_kind(d):
     flags = ro.get("cpu_flags", [])
     wide = ("AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2")
     extra = [x for x in ("avx512_bf16", "avx512_vnni", "amx_bf16") if x in flags]
-    return ((ro["cpu"], tuple(sorted(flags))),
-            f"{ro['cpu']}, {wide}" + (f" (+{', '.join(extra)})" if extra else "")
-            + f", {d.get('cpu_count', '?')} cores")
+    ident = ro.get("cpu_id", "")  # family / model: recorded since the Zen 5 run
+    return ((ro["cpu"], tuple(sorted(flags)), ident),
+            f"{ro['cpu']}" + (f" ({ident})" if ident else "") + f", {wide}"
+            + (f" (+{', '.join(extra)})" if extra else "") + f", {d.get('cpu_count', '?')} cores")
   return (None, id(d)), (f"not recorded ({d.get('machine', '?')}, {d.get('cpu_count', '?')} "
                          f"cores; matmul peak {d['matmul_peak_flops'] / 1e9:.0f} GFLOP/s)")
 

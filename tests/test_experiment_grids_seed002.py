@@ -32,7 +32,7 @@ MLM_ARGV = ["--figure=training", "--language=pcfg", "--size=test", "--tasks=A",
             "--sgd_steps=4", "--every=4", "--flat_inputs=8", "--flat_reps=2",
             "--fisher_samples=4", "--hutchinson_probes=2", "--chunk=4", "--probe_train=64",
             "--probe_valid=32", "--probe_test=32", "--probe_epochs=3"]
-ADV_ARGV = ["--size=test", "--weights=0.3", "--d2_draws=2"]
+ADV_ARGV = ["--size=test", "--weights=0.3", "--d2_draws=2", "--seeds=0,1"]
 FC_ARGV = ["--size=test", "--seeds", "0", "1", "--steps=8", "--every=8", "--probes=2",
            "--batches=2", "--fisher_samples=2", "--lanczos_steps=3"]
 
@@ -68,31 +68,26 @@ MLM_PINS = {
 }
 ADV_PINS = {
     ("pilot", "chosen_weight"): 0.3,
-    ("pilot", "normal_valid_mlm_loss"): 4.980695128440857,
-    ("pilot", "trials", "0.3", "valid_mlm_loss"): 4.960272014141083,
-    ("models", "adamw", "step"): 60,
-    ("models", "adamw", "valid_mlm_loss"): 5.023302439600229,
-    ("models", "adamw", "test_mlm_loss"): 4.853330694139004,
-    ("models", "adamw", "trace_b1_reps"): [68.60705280303955, 40.30649185180664],
-    ("models", "adamw", "trace_hutchinson"): -49.6217155456543,
-    ("models", "adamw", "probe", "A", "test_acc"): [0.15625, 0.3125, 0.15625, 0.1875, 0.125],
-    ("models", "adamw", "probe", "B", "test_acc"): [0.0, 0.03125, 0.0625, 0.03125, 0.09375],
-    ("models", "adamw", "adversary_objective", "d2_loss_mean"): 1.1949392557144165,
-    ("models", "adversarial", "step"): 60,
-    ("models", "adversarial", "valid_mlm_loss"): 5.040861319750547,
-    ("models", "adversarial", "test_mlm_loss"): 4.977919530123472,
-    ("models", "adversarial", "trace_b1_reps"): [60.4518985748291, 81.51667213439941],
-    ("models", "adversarial", "trace_hutchinson"): -282.7029609680176,
-    ("models", "adversarial", "probe", "A", "test_acc"): [0.25, 0.03125, 0.125, 0.09375, 0.25],
-    ("models", "adversarial", "probe", "B", "test_acc"): [0.0, 0.0625, 0.0625, 0.0, 0.0625],
-    ("models", "adversarial", "adversary_objective", "d2_loss_mean"): 1.475659430027008,
-    ("models", "lookup_table", "probe", "A", "test_acc"): [0.21875, 0.15625, 0.25, 0.25,
+    ("models", "adamw", "seeds", "0", "step"): 60,
+    ("models", "adamw", "seeds", "0", "valid_mlm_loss"): 5.023302439600229,
+    ("models", "adamw", "seeds", "0", "test_mlm_loss"): 4.853330694139004,
+    ("models", "adamw", "seeds", "0", "trace_b1_reps"): [68.60705280303955, 40.30649185180664],
+    ("models", "adamw", "seeds", "0", "trace_hutchinson"): -49.6217155456543,
+    ("models", "adamw", "seeds", "0", "probe", "A", "test_acc"): [0.15625, 0.3125, 0.15625, 0.1875, 0.125],
+    ("models", "adamw", "seeds", "0", "probe", "B", "test_acc"): [0.0, 0.03125, 0.0625, 0.03125, 0.09375],
+    ("models", "adamw", "seeds", "0", "adversary_objective", "d2_loss_mean"): 1.1949392557144165,
+    ("models", "adversarial", "seeds", "0", "step"): 60,
+    ("models", "adversarial", "seeds", "0", "valid_mlm_loss"): 5.040861319750547,
+    ("models", "adversarial", "seeds", "0", "test_mlm_loss"): 4.977919530123472,
+    ("models", "adversarial", "seeds", "0", "trace_b1_reps"): [60.4518985748291, 81.51667213439941],
+    ("models", "adversarial", "seeds", "0", "trace_hutchinson"): -282.7029609680176,
+    ("models", "adversarial", "seeds", "0", "probe", "A", "test_acc"): [0.25, 0.03125, 0.125, 0.09375, 0.25],
+    ("models", "adversarial", "seeds", "0", "probe", "B", "test_acc"): [0.0, 0.0625, 0.0625, 0.0, 0.0625],
+    ("models", "adversarial", "seeds", "0", "adversary_objective", "d2_loss_mean"): 1.475659430027008,
+    ("lookup_table", "probe", "A", "test_acc"): [0.21875, 0.15625, 0.25, 0.25,
                                                            0.09375],
-    ("models", "lookup_table", "probe", "B", "test_acc"): [0.09375, 0.03125, 0.15625, 0.09375,
+    ("lookup_table", "probe", "B", "test_acc"): [0.09375, 0.03125, 0.15625, 0.09375,
                                                            0.0625],
-    ("comparisons", "adversarial_vs_adamw", "probe_A", "p_value"): 0.5952380952380952,
-    ("comparisons", "adversarial_vs_adamw", "probe_B", "p_value"): 1.0,
-    ("comparisons", "adversarial_vs_adamw", "trace_b1", "p_value"): 0.6666666666666666,
 }
 # (run, seed): at the end (step 8, the one measurement) Tr(H), its stderr, Tr(F), the top
 # eigenvalue, the training CE and mean margin; then the discrete fitted fraction, test EM (hard)
@@ -207,9 +202,11 @@ def test_mlm_flatness_training_grid_at_test_size(tmp_path):
 
 
 def test_adversarial_pretraining_grid_at_test_size(tmp_path):
-  """The normal run and the chosen adversarial run (its pilot steps trained first, then
-  resumed by `Grid.run`) as grid rows; the measurements and comparisons as before, Holm over
-  the table; the resumed adversarial row against a direct run."""
+  """The normal run and the chosen adversarial run of model seeds 0 and 1 (their pilot steps
+  trained seed by seed first, then resumed by `Grid.run`) as grid rows; per arm every seed's
+  measurements (seed 0's as before) and their mean; the comparisons over the models, paired
+  by seed, Holm over the table; the equal-loss checkpoint per seed; the resumed adversarial
+  row against a direct run."""
   ap = _script("adversarial_pretraining")
   out = ap.main(ADV_ARGV + ["--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "out")])
   with open(tmp_path / "out" / "table.json") as f:
@@ -218,10 +215,38 @@ def test_adversarial_pretraining_grid_at_test_size(tmp_path):
   rows = _check_rows(doc, ["pcfg_adamw", "pcfg_adversarial_w0.3"])
   normal, adv = rows["pcfg_adamw"], rows["pcfg_adversarial_w0.3"]
   assert (normal["model"], adv["model"]) == ("adamw", "adversarial")
+  assert normal["seeds"] == adv["seeds"] == doc["seeds"] == [0, 1]
   assert adv["overrides"] == {"train.num_steps": 60, "adversarial.enabled": True,
                               "adversarial.weight": 0.3}
-  assert (doc["models"]["adamw"]["run"], doc["models"]["adversarial"]["run"]) == \
-      (normal["workdir"], adv["workdir"])
+  m = doc["models"]
+  for k in ("0", "1"):
+    assert (m["adamw"]["seeds"][k]["run"], m["adversarial"]["seeds"][k]["run"]) == \
+        (normal["workdir"], adv["workdir"])
+    assert m["adversarial"]["seeds"][k]["seed"] == int(k)
+    # the equal-loss checkpoint: the normal run's evaluated step closest in valid loss
+    target = m["adversarial"]["seeds"][k]["valid_mlm_loss"]
+    evals = {s: ap.eval_row(normal["workdir"], s, int(k))["valid_mlm_loss"] for s in (30, 60)}
+    assert m["adamw_matched"]["seeds"][k]["step"] == min(evals, key=lambda s: abs(evals[s]
+                                                                                 - target))
+  for arm in ap.ARMS:
+    assert m[arm]["mean"] == json.loads(json.dumps(ap.summarize(m[arm]["seeds"])))
+  assert m["adamw"]["mean"]["probe_A"]["values"] == [
+      m["adamw"]["seeds"][k]["probe"]["A"]["test_acc_mean"] for k in "01"]
+  # the pilot: mean over the seeds at the pilot step
+  for key, d in (("normal_valid_mlm_loss", normal), ("trial", adv)):
+    got = (doc["pilot"][key] if key != "trial" else
+           doc["pilot"]["trials"]["0.3"]["valid_mlm_loss"])
+    assert got == pytest.approx(np.mean([ap.eval_row(d["workdir"], 30, s)["valid_mlm_loss"]
+                                         for s in (0, 1)]), rel=1e-12)
+  for base in ("adamw", "adamw_matched"):
+    c = doc["comparisons"][f"adversarial_vs_{base}"]
+    assert c["seeds"] == ["0", "1"] and c["over"].startswith("model seeds")
+    for t in ("A", "B"):
+      want = stats.paired_compare(m["adversarial"]["mean"][f"probe_{t}"]["values"],
+                                  m[base]["mean"][f"probe_{t}"]["values"])
+      assert {x: c[f"probe_{t}"][x] for x in want} == want
+    assert c["trace_b1"]["p_floor"] == 0.5 and c["trace_b1"]["ci95"] is None
+  assert set(doc["sanity"]["A"]["random_init"]) == {"0", "1"}
   assert (doc["config_adamw"], doc["config_adversarial"]) == (normal["config"], adv["config"])
   _check_pins(doc, ADV_PINS)
   _holm_family([x for c in doc["comparisons"].values() for x in c.values()
@@ -229,6 +254,28 @@ def test_adversarial_pretraining_grid_at_test_size(tmp_path):
   assert os.path.exists(tmp_path / "out" / "table.png")
   pins.check("adversarial_pretraining/table", doc["rows"])
   _same_as_a_direct_run(adv, tmp_path / "direct")
+
+
+def test_adversarial_pretraining_one_seed_compares_probe_seeds():
+  """With one model seed the comparison is over that pair's probe seeds and Tr(H)
+  repetitions (`stats.compare`), and says so."""
+  ap = _script("adversarial_pretraining")
+
+  def model(accs, reps, loss):
+    return {"probe": {"A": {"test_acc": accs, "test_acc_mean": float(np.mean(accs))}},
+            "trace_b1": float(np.mean(reps)), "trace_b1_reps": reps,
+            "valid_mlm_loss": loss, "valid_kl": loss - 4}
+  models = {"adamw": {"seeds": {"0": model([0.3, 0.4], [1.0, 2.0], 4.5)}},
+            "adamw_matched": {"seeds": {"0": model([0.2, 0.3], [1.5, 2.5], 4.6)}},
+            "adversarial": {"seeds": {"0": model([0.1, 0.2], [3.0, 4.0], 4.6)}}}
+  c = ap.compare_models(models, ["A"])
+  one = c["adversarial_vs_adamw"]
+  want = stats.compare([0.1, 0.2], [0.3, 0.4])
+  assert {k: one["probe_A"][k] for k in want} == want
+  assert one["trace_b1"]["n_a"] == 2 and one["over"].startswith("probe seeds")
+  assert one["valid_mlm_loss_diff"] == pytest.approx(0.1)
+  with pytest.raises(ValueError, match="distinct integers"):
+    ap.main(["--size=test", "--seeds=0,0"])
 
 
 def test_flatness_copy_task_grid_at_test_size(tmp_path):

@@ -2,6 +2,7 @@
 results table, and a workdir of another platform is never resumed or reported as this one's."""
 import json
 import os
+import re
 import shutil
 
 import pytest
@@ -28,6 +29,12 @@ def test_ran_on_describes_this_process():
     text = f.read()
   for flag in provenance.ISA_FLAGS:  # the flags recorded are this CPU's, and only those
     assert (flag in info["cpu_flags"]) == (f" {flag} " in text.replace("\n", " ") + " ")
+  family = re.search(r"^cpu family\s*:\s*(\d+)", text, re.M)
+  model = re.search(r"^model\s*:\s*(\d+)", text, re.M)
+  if family and model:  # x86 Linux: vendor, family, model and stepping of the first processor
+    assert f" family {family.group(1)} model {model.group(1)} stepping " in info["cpu_id"]
+  else:
+    assert info["cpu_id"] == ""
   assert provenance.describe(info).startswith("cpu: ")
   assert provenance.describe(GPU) == "gpu: 1 x NVIDIA H200 (jax 0.11.2, matmul default)"
   assert provenance.same_platform(None, info)  # unrecorded = the CPU it always ran on

@@ -393,3 +393,48 @@ def test_the_sanity_table_shows_every_row_and_says_when_a_file_has_none(tmp_path
   (tmp_path / report.RESULTS / "mlm_flatness" / "x.json").write_text(json.dumps(doc))
   assert report.TABLES["mlm_sanity"](report.Results(str(tmp_path)), "x.json").startswith(
       "*No sanity rows*")
+
+
+def test_the_pcfg_probe_sentences_hold_for_every_model():
+  """The seed-002 page says that every trained PCFG model probes below its own random init
+  (Figure 3's task C; Tables 1-2's tasks A and B, both arms), that Tables 1-2's trained models
+  are below task B's majority class, and that each adversarial model is below its seed's
+  equal-loss AdamW checkpoint on both tasks with a larger Tr(H) B.1 ("in every pair"), and
+  where the lookup table's probe sits: each checked here against the committed JSON, model
+  by model."""
+  res = os.path.join(ROOT, report.RESULTS)
+  fig3 = json.load(open(os.path.join(res, "mlm_flatness", "training_pcfg.json")))
+  last = max(p["sgd_step"] for p in fig3["points"])
+  for p in fig3["points"]:
+    if p["sgd_step"] == last:
+      init = fig3["sanity"]["C"]["random_init"][str(p["seed"])]["test_acc_mean"]
+      assert p["probe"]["C"]["test_acc_mean"] < init, p["seed"]
+  adv = json.load(open(os.path.join(res, "adversarial_pretraining", "table.json")))
+  m, sanity = adv["models"], adv["sanity"]
+  for arm in ("adamw", "adamw_matched", "adversarial"):
+    for seed, row in m[arm]["seeds"].items():
+      for task in ("A", "B"):
+        assert row["probe"][task]["test_acc_mean"] < \
+            sanity[task]["random_init"][seed]["test_acc_mean"], (arm, seed, task)
+      assert row["probe"]["B"]["test_acc_mean"] < sanity["B"]["majority"], (arm, seed)
+  look = adv["lookup_table"]["probe"]
+  for arm in ("adamw", "adamw_matched", "adversarial"):  # "better than every trained model"
+    for seed, row in m[arm]["seeds"].items():
+      assert look["B"]["test_acc_mean"] > row["probe"]["B"]["test_acc_mean"], (arm, seed)
+  for arm in ("adamw", "adamw_matched"):  # "worse than every AdamW model on task A"
+    for seed, row in m[arm]["seeds"].items():
+      assert look["A"]["test_acc_mean"] < row["probe"]["A"]["test_acc_mean"], (arm, seed)
+  for seed, a in m["adversarial"]["seeds"].items():
+    ref = m["adamw_matched"]["seeds"][seed]
+    for task in ("A", "B"):
+      assert a["probe"][task]["test_acc_mean"] < ref["probe"][task]["test_acc_mean"]
+    assert a["trace_b1"] > ref["trace_b1"], seed
+  text = " ".join(open(os.path.join(DOCS, "seed002_flatness.md")).read().split())
+  for said in ("Every trained model, of both arms, probes below its own random initialisation",
+               "on task B the trained models are below the majority class",
+               "Transfer at equal loss: lower in every pair",
+               "Tr(H): higher for the adversarial models in every pair",
+               "Every trained model's task-C probe",
+               "lookup table probes worse than every AdamW model on task A",
+               "better than every trained model on task B"):
+    assert said in text, said

@@ -365,6 +365,18 @@ def _guarded(main, argv, verbose):
     raise SystemExit(1 if isinstance(e, FloatingPointError) else 2) from None
 
 
+def seed_list(text, flag="seeds"):
+  """--`flag`'s comma-separated model seeds as a list: distinct integers >= 0, or a one-line
+  error that says what was wrong (the experiment scripts' --seeds)."""
+  try:
+    seeds = [int(x) for x in text.split(",")]
+  except ValueError:
+    raise ValueError(f"--{flag}={text!r} must be comma-separated integers") from None
+  if len(set(seeds)) != len(seeds) or min(seeds) < 0:
+    raise ValueError(f"--{flag}={seeds} must be distinct integers >= 0")
+  return seeds
+
+
 def script(main):
   """Runs an argparse entry point `main(argv)` (argv without the program name, as
   `ArgumentParser.parse_args` takes it) under `guard`: the experiment scripts'

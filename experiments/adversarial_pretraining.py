@@ -444,12 +444,7 @@ def main(argv=None):
   ap.add_argument("--seeds", default="0,1,2",
                   help="model seeds: each is pre-trained normally and adversarially (a pair)")
   args = ap.parse_args(argv)
-  try:
-    args.seeds = [int(x) for x in args.seeds.split(",")]
-  except ValueError:
-    raise ValueError(f"--seeds={args.seeds!r} must be comma-separated integers") from None
-  if len(set(args.seeds)) != len(args.seeds) or min(args.seeds) < 0:
-    raise ValueError(f"--seeds={args.seeds} must be distinct integers >= 0")
+  args.seeds = cli.seed_list(args.seeds)
   try:
     args.weights = sorted({float(w) for w in args.weights.split(",")})
   except ValueError:

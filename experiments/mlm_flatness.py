@@ -777,12 +777,7 @@ def main(argv=None):
   if args.continue_with != "sgd" and args.figure != "training":
     raise ValueError("--continue_with is for --figure=training")
   args.sgd_lrs = args.sgd_lrs or LRS[args.continue_with]
-  try:
-    args.seeds = [int(x) for x in args.seeds.split(",")]
-  except ValueError:
-    raise ValueError(f"--seeds={args.seeds!r} must be comma-separated integers") from None
-  if len(set(args.seeds)) != len(args.seeds) or min(args.seeds) < 0:
-    raise ValueError(f"--seeds={args.seeds} must be distinct integers >= 0")
+  args.seeds = cli.seed_list(args.seeds)
   ft = optional_ints("fine_tune_seeds", args.fine_tune_seeds, "no fine-tuning")
   if ft and args.figure != "training":
     raise ValueError("--fine_tune_seeds is for --figure=training (first and last checkpoint)")

@@ -205,3 +205,16 @@ def test_guard_prints_one_line_and_exits_2_or_1(capsys):
   import numpy as np
   with pytest.raises(ValueError):  # a library's error is a bug: never swallowed
     cli.guard(bug)(["prog"])
+
+
+def test_seed_list_parses_model_seeds_or_says_what_is_wrong():
+  """The experiment scripts' --seeds: distinct integers >= 0, each fault one message."""
+  assert cli.seed_list("0,2,1") == [0, 2, 1]
+  with pytest.raises(ValueError, match=r"--seeds='0,x' must be comma-separated integers"):
+    cli.seed_list("0,x")
+  with pytest.raises(ValueError, match=r"--pretrain_seeds=\[0, 0\] must be distinct integers"):
+    cli.seed_list("0,0", flag="pretrain_seeds")
+  with pytest.raises(ValueError, match=r"must be distinct integers >= 0"):
+    cli.seed_list("-1")
+  with pytest.raises(ValueError, match="comma-separated integers"):
+    cli.seed_list("")

@@ -438,3 +438,22 @@ def test_the_pcfg_probe_sentences_hold_for_every_model():
                "lookup table probes worse than every AdamW model on task A",
                "better than every trained model on task B"):
     assert said in text, said
+
+
+def test_the_hmm_size_sentences_hold():
+  """Figures 2 / 5 on the seed-002 page: "every size probes below its own random
+  initialisation", "the smaller embedded model is the flatter one" and "the probes are not told
+  apart" (p >= 0.05), checked against the committed JSON."""
+  res = os.path.join(ROOT, report.RESULTS, "mlm_flatness")
+  for name in ("size_hmm.json", "embedded_hmm.json"):
+    d = json.load(open(os.path.join(res, name)))
+    for p in d["points"]:
+      init = d["sanity"]["10"]["random_init"][p["size"]]["test_acc_mean"]
+      assert p["probe"]["10"]["test_acc_mean"] < init, (name, p["size"])
+  emb = json.load(open(os.path.join(res, "embedded_hmm.json")))["comparison"]
+  assert emb["trace_b1"][0] < emb["trace_b1"][1]
+  assert emb["probe"]["10"]["p_value"] >= 0.05
+  text = " ".join(open(os.path.join(DOCS, "seed002_flatness.md")).read().split())
+  for said in ("every size probes below its own random initialisation",
+               "the smaller embedded model is the flatter one", "the probes are not told apart"):
+    assert said in text, said

@@ -1383,7 +1383,8 @@ def _adversarial_table(R):
   out = []
 
   def probe(r, t):
-    return f"{100 * r['probe'][t]['test_acc_mean']:.2f} +- {100 * r['probe'][t]['test_acc_std']:.2f}"
+    x = r["probe"][t]
+    return f"{100 * x['test_acc_mean']:.2f} +- {100 * x['test_acc_std']:.2f}"
   for k, name in arms.items():
     for seed, x in m[k]["seeds"].items():
       out.append([f"{name}, seed {seed} (step {x['step']})",

@@ -73,21 +73,24 @@ ADV_PINS = {
     ("models", "adamw", "seeds", "0", "test_mlm_loss"): 4.853330694139004,
     ("models", "adamw", "seeds", "0", "trace_b1_reps"): [68.60705280303955, 40.30649185180664],
     ("models", "adamw", "seeds", "0", "trace_hutchinson"): -49.6217155456543,
-    ("models", "adamw", "seeds", "0", "probe", "A", "test_acc"): [0.15625, 0.3125, 0.15625, 0.1875, 0.125],
-    ("models", "adamw", "seeds", "0", "probe", "B", "test_acc"): [0.0, 0.03125, 0.0625, 0.03125, 0.09375],
+    ("models", "adamw", "seeds", "0", "probe", "A", "test_acc"):
+        [0.15625, 0.3125, 0.15625, 0.1875, 0.125],
+    ("models", "adamw", "seeds", "0", "probe", "B", "test_acc"):
+        [0.0, 0.03125, 0.0625, 0.03125, 0.09375],
     ("models", "adamw", "seeds", "0", "adversary_objective", "d2_loss_mean"): 1.1949392557144165,
     ("models", "adversarial", "seeds", "0", "step"): 60,
     ("models", "adversarial", "seeds", "0", "valid_mlm_loss"): 5.040861319750547,
     ("models", "adversarial", "seeds", "0", "test_mlm_loss"): 4.977919530123472,
     ("models", "adversarial", "seeds", "0", "trace_b1_reps"): [60.4518985748291, 81.51667213439941],
     ("models", "adversarial", "seeds", "0", "trace_hutchinson"): -282.7029609680176,
-    ("models", "adversarial", "seeds", "0", "probe", "A", "test_acc"): [0.25, 0.03125, 0.125, 0.09375, 0.25],
-    ("models", "adversarial", "seeds", "0", "probe", "B", "test_acc"): [0.0, 0.0625, 0.0625, 0.0, 0.0625],
-    ("models", "adversarial", "seeds", "0", "adversary_objective", "d2_loss_mean"): 1.475659430027008,
-    ("lookup_table", "probe", "A", "test_acc"): [0.21875, 0.15625, 0.25, 0.25,
-                                                           0.09375],
-    ("lookup_table", "probe", "B", "test_acc"): [0.09375, 0.03125, 0.15625, 0.09375,
-                                                           0.0625],
+    ("models", "adversarial", "seeds", "0", "probe", "A", "test_acc"):
+        [0.25, 0.03125, 0.125, 0.09375, 0.25],
+    ("models", "adversarial", "seeds", "0", "probe", "B", "test_acc"):
+        [0.0, 0.0625, 0.0625, 0.0, 0.0625],
+    ("models", "adversarial", "seeds", "0", "adversary_objective", "d2_loss_mean"):
+        1.475659430027008,
+    ("lookup_table", "probe", "A", "test_acc"): [0.21875, 0.15625, 0.25, 0.25, 0.09375],
+    ("lookup_table", "probe", "B", "test_acc"): [0.09375, 0.03125, 0.15625, 0.09375, 0.0625],
 }
 # (run, seed): at the end (step 8, the one measurement) Tr(H), its stderr, Tr(F), the top
 # eigenvalue, the training CE and mean margin; then the discrete fitted fraction, test EM (hard)

@@ -1789,13 +1789,14 @@ def _accelerator_checks(R):
     parts = v["parts"]
     g, sd, mn = parts.get("golden", {}), parts.get("seeds", {}), parts.get("main", {})
     pk = parts.get("env", {}).get("peak_flops", {})
-    out.append([_session(rel), _device(v), "passed" if v.get("ok") else "**FAILED**",
+    ran = "" if {"seeds", "main"} & set(parts) else " (env and golden only: `--preflight`)"
+    out.append([_session(rel), _device(v), ("passed" if v.get("ok") else "**FAILED**") + ran,
                 f"{g['max_rel_err_highest']:.1e}" if "max_rel_err_highest" in g else "-",
                 f"{max(g['rel_err']['default'].values()):.1e}" if "rel_err" in g else "-",
                 f"{max(g['rel_err']['bfloat16'].values()):.1e}" if "rel_err" in g else "-",
                 (f"{sd['max_rel_err_metrics']:.1e} / {sd['max_rel_err_params']:.1e} ({sd['impl']})"
                  if "max_rel_err_metrics" in sd else "-"),
-                "yes" if mn.get("ok") else "no",
+                "yes" if mn.get("ok") else "no" if mn else "not run",
                 " / ".join(f"{pk[k] / 1e12:.0f}" for k in ("bfloat16", "float32",
                                                          "float32_highest") if k in pk) or "-"])
   return md(["session", "device", "verify", "golden step, highest precision (rel err, must be "

@@ -37,6 +37,25 @@ def test_arms_are_sized_by_the_measured_step_time():
   assert dq.seeds_that_fit(job, 5, 2, 100, 0.002, 20_000, "paper") == 0
 
 
+def test_arms_are_sized_by_what_the_collected_arms_took(tmp_path, capsys):
+  """`measured_seed_s` reads the collected arms' wall time per seed on one device kind, and
+  `run` trains no more seeds than it says fit (here none: 1000 s per seed, 600 s left)."""
+  seed = {"test_em_hard": 0.5, "arm_seconds": 3000.0, "arm_seeds": 3,
+          "ran_on": {"device_kind": "cpu"}}
+  doc = {"job": "copy_lc1", "arms": {
+      "ce": {"seeds": {"0": dict(seed), "1": {**seed, "arm_seconds": 95.0, "arm_seeds": 1,
+                                             "ran_on": {"device_kind": "NVIDIA H200"}}}}}}
+  assert dq.measured_seed_s(doc, "cpu") == 1000.0
+  assert dq.measured_seed_s(doc, "NVIDIA H200") == 95.0
+  assert dq.measured_seed_s(doc) == 1000.0 and dq.measured_seed_s(doc, "TPU v5") is None
+  res = tmp_path / "results"
+  res.mkdir()
+  wd.write_json(dq.results_path(dq.job_by_name("copy_lc1"), str(res), "test"), doc)
+  assert dq.run(600, str(tmp_path / "out"), "test", ["copy_lc1"], str(res)) == []
+  err = capsys.readouterr().err
+  assert "1000 s as the job's collected arms took on cpu: stopping" in err
+
+
 @pytest.fixture(scope="module")
 def collected(tmp_path_factory):
   tmp = tmp_path_factory.mktemp("dq")

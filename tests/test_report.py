@@ -477,3 +477,17 @@ def test_the_paper_size_copy_task_sentences_hold():
                "every E1 + warmup model is above every CE model on the hard test strings",
                "the smallest p a permutation test of 5 against 5 models can give"):
     assert said in text, said
+
+
+def test_the_hmm_continuation_sentences_hold():
+  """Both HMM continuations (SGD, AdamW) on the seed-002 page: the trained models' task-10
+  probe at the last checkpoint is "near the block alone's" accuracy (within 1.5 points) and
+  "far below the Bayes" one (more than 4 points under), checked against the committed JSON."""
+  res = os.path.join(ROOT, report.RESULTS, "mlm_flatness")
+  for name in ("training_hmm.json", "training_adamw_hmm.json"):
+    d = json.load(open(os.path.join(res, name)))
+    c, s = d["comparison"]["vs_random_init"]["10"], d["sanity"]["10"]
+    assert abs(c["mean_a"] - s["block_majority"]) < 0.015, name
+    assert s["bayes"] - c["mean_a"] > 0.04, name
+  text = " ".join(open(os.path.join(DOCS, "seed002_flatness.md")).read().split())
+  assert text.count("near the block alone's") >= 2 and text.count("far below the Bayes") >= 2

@@ -1,6 +1,9 @@
 r"""Seed 002, Tables 1 and 2: normal vs adversarial pretraining vs the lookup table (PCFG).
 
   python experiments/adversarial_pretraining.py --size=cpu     # ~45 min on a quiet 2-core CPU
+  # the committed run: the probe's lr and normalisation chosen on valid, as mlm_flatness's
+  python experiments/adversarial_pretraining.py --size=cpu --probe_lrs=0.001,0.01 \
+      --probe_normalizations=standardize,whiten
   python experiments/adversarial_pretraining.py --size=paper   # accelerator sizes (not run here)
   python experiments/adversarial_pretraining.py --size=test    # seconds; a smoke test
 
@@ -22,9 +25,11 @@ Then measures, on the final checkpoints of every model seed:
 
 * pre-training loss: valid / test MLM loss and the gap to the exact optimum
   (the eval rows of metrics.jsonl); for the lookup table, the optimum itself;
-* linear-probe accuracy on tasks A and B (`el_jax.probe.linear_probe`, the
-  paper's protocol, 5 probe seeds; test accuracy at the epoch chosen on
-  valid), for both models and for the lookup table's features (the exact
+* linear-probe accuracy on tasks A and B (`mlm_measure.Measurer.probe_features`:
+  the paper's protocol, 5 probe seeds, test accuracy at the epoch chosen on
+  valid; the learning rate of --probe_lrs and the normalisation of
+  --probe_normalizations chosen on valid per model, the default the paper's
+  fixed 1e-3 on standardised features), for both models and for the lookup table's features (the exact
   conditionals, concatenated); normal vs adversarial over the model seeds
   (`stats.paired_compare`: a seed's two runs share the initialisation and the
   batches; sign flip, floor 0.25 for 3 seeds), or with one seed by
@@ -68,6 +73,7 @@ from el_jax import grid as grid_lib
 from el_jax import metrics as metrics_lib
 from el_jax import mlm_measure
 from el_jax import plots
+from el_jax import probe
 from el_jax import provenance
 from el_jax import runner
 from el_jax import stats
@@ -212,32 +218,27 @@ def d2_diagnostic(x, labels, num_classes, acfg, draws):
           "d1_loss_mean": float(np.mean(d1)), "draws": draws}
 
 
-def probe_all(data, feats_fn, args):
-  """{task: probe result} for the downstream tasks in `data` with features from `feats_fn`."""
-  from el_jax import probe
-  out, feats = {}, {}
-  for name, ds in data.items():
-    x = {s: feats_fn(ds.split(s)) for s in ("train", "valid", "test")}
-    r = probe.linear_probe(x["train"], ds.train.labels, x["valid"], ds.valid.labels, x["test"],
-                           ds.test.labels, ds.num_classes, epochs=args.probe_epochs)
-    out[name] = {k: r[k] for k in ("test_acc", "valid_acc", "epoch", "test_acc_mean",
-                                   "test_acc_std", "valid_acc_mean", "num_features")}
-    feats[name] = x["train"]
+def probe_all(m, feats_fn):
+  """{task: probe result} for the downstream tasks of `m` (an `mlm_measure.Measurer`) with
+  features from `feats_fn` (`Measurer.probe_features`: the probe's learning rate and
+  normalisation chosen on valid per model from --probe_lrs / --probe_normalizations)."""
+  out = {}
+  for name, ds in m.tasks.items():
+    r = out[name] = m.probe_features(ds, feats_fn)
     print(f"  probe task {name}: test acc {100 * r['test_acc_mean']:.2f} "
-          f"({100 * r['test_acc_std']:.2f})", flush=True)
-  return out, feats
+          f"({100 * r['test_acc_std']:.2f}), chosen {r['chosen']}", flush=True)
+  return out
 
 
 def measure(args, normal_cfg, adv_cfg, normal_dir, chosen_dir):
-  from el_jax import probe
   from el_jax.data import downstream
   a = adv_cfg.adversarial
   pv, pt, fi, fr, fs, hp, ep = SIZES[args.size]
   settings = mlm_measure.Settings(
       tasks="A,B", probe_train=int(a.num_train), probe_valid=pv, probe_test=pt,
       probe_data_seed=int(a.data_seed), flat_inputs=fi, flat_reps=fr, fisher_samples=fs,
-      chunk=args.chunk, hutchinson_probes=hp, probe_epochs=ep)
-  args.probe_epochs = ep
+      chunk=args.chunk, hutchinson_probes=hp, probe_epochs=ep, probe_lrs=args.probe_lrs,
+      probe_normalizations=args.probe_normalizations)
   m = mlm_measure.Measurer(normal_cfg, settings, "pcfg")
   # The probe of the adversary's task trains on the set the adversary drew D1 / D2 from.
   own = m.tasks[a.task].train
@@ -254,11 +255,12 @@ def measure(args, normal_cfg, adv_cfg, normal_dir, chosen_dir):
     print(f"measuring {label} (model seed {seed}, {d}, step {step})", flush=True)
     params = m.params(d, step, seed)
     row = {"run": d, "seed": seed, "step": step, **eval_row(d, step, seed)}
-    row["probe"], feats = probe_all(
-        m.tasks, lambda s, p=params: probe.encode(graphdef, p, s.tokens, s.segment_ids), args)
+    row["probe"] = probe_all(
+        m, lambda s, p=params: probe.encode(graphdef, p, s.tokens, s.segment_ids))
     task = m.tasks[a.task]
-    row["adversary_objective"] = d2_diagnostic(feats[a.task], task.train.labels,
-                                               task.num_classes, a, args.d2_draws)
+    row["adversary_objective"] = d2_diagnostic(
+        probe.encode(graphdef, params, task.train.tokens, task.train.segment_ids),
+        task.train.labels, task.num_classes, a, args.d2_draws)
     row.update(m.flatness(params, step))
     print(f"  Tr(H) B.1 {row['trace_b1']:.3f} +- {row['trace_b1_std']:.3f}, Hutchinson "
           f"{row['trace_hutchinson']:.3f} +- {row['trace_hutchinson_stderr']:.3f}; D2 loss "
@@ -289,8 +291,8 @@ def measure(args, normal_cfg, adv_cfg, normal_dir, chosen_dir):
   valid_opt = models["adamw"]["seeds"][str(args.seeds[0])]["valid_true_entropy"]
   lookup = {"valid_mlm_loss": valid_opt, "valid_gap": 0.0,
             "note": "the exact conditionals: its MLM loss is the optimum (valid true entropy)"}
-  lookup["probe"], _ = probe_all(
-      m.tasks, lambda s: downstream.lookup_table_features(lang, s.tokens, s.lengths), args)
+  lookup["probe"] = probe_all(
+      m, lambda s: downstream.lookup_table_features(lang, s.tokens, s.lengths))
   # Sanity rows (issue 34): majority class, Bayes (1: the label is the inside algorithm's
   # argmax), and the probe on the random init of every model seed (the lookup table is above).
   print("measuring the sanity rows (majority, Bayes, random init)", flush=True)
@@ -441,10 +443,21 @@ def main(argv=None):
   ap.add_argument("--d2_draws", type=int, default=20,
                   help="(D1, D2) draws of the adversary's objective measured on final models")
   ap.add_argument("--chunk", type=int, default=4, help="examples vmapped at once in Tr(H)")
+  ap.add_argument("--probe_lrs", default="0.001",
+                  help="probe learning rates, comma-separated, chosen on valid per model (the "
+                       "default is the paper's fixed 1e-3; the committed cpu run: 0.001,0.01)")
+  ap.add_argument("--probe_normalizations", default="standardize",
+                  help="probe feature normalisations (standardize | whiten), comma-separated, "
+                       "chosen on valid per model (the committed cpu run: standardize,whiten)")
   ap.add_argument("--seeds", default="0,1,2",
                   help="model seeds: each is pre-trained normally and adversarially (a pair)")
   args = ap.parse_args(argv)
   args.seeds = cli.seed_list(args.seeds)
+  try:  # before any training: a typo here would otherwise stop the run after it
+    probe.parse_grid(args.probe_lrs, "0", args.probe_normalizations)
+  except ValueError as e:
+    raise ValueError(f"--probe_lrs={args.probe_lrs!r} / --probe_normalizations="
+                     f"{args.probe_normalizations!r}: {e}") from None
   try:
     args.weights = sorted({float(w) for w in args.weights.split(",")})
   except ValueError:

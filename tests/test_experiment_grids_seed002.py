@@ -279,6 +279,11 @@ def test_adversarial_pretraining_one_seed_compares_probe_seeds():
   assert one["valid_mlm_loss_diff"] == pytest.approx(0.1)
   with pytest.raises(ValueError, match="distinct integers"):
     ap.main(["--size=test", "--seeds=0,0"])
+  # the probe grid is checked before any training, with what is allowed
+  for flag, match in (("--probe_normalizations=standardize,pca", r"'pca'; allowed: \('standa"),
+                      ("--probe_lrs=0.001,fast", "--probe_lrs='0.001,fast'.*'fast'")):
+    with pytest.raises(ValueError, match=match):
+      ap.main(["--size=test", "--runs=/nonexistent/never", flag])
 
 
 def test_flatness_copy_task_grid_at_test_size(tmp_path):

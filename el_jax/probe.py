@@ -182,28 +182,29 @@ def _check_tokens(name, tokens, segment_ids, cfg):
 
 
 @functools.lru_cache(maxsize=8)
-def _encode_fn(graphdef):
+def _encode_fn(graphdef, layer=None):
   def fn(params, tokens, segment_ids):
-    h = decoder.features(graphdef, params, tokens, segment_ids).astype(jnp.float32)
+    h = decoder.features(graphdef, params, tokens, segment_ids, layer).astype(jnp.float32)
     h = h * (segment_ids > 0).astype(jnp.float32)[:, :, None]
     return h.reshape(h.shape[0], -1)
   return jax.jit(fn)
 
 
-def encode(graphdef, params, tokens, segment_ids, batch_size=256):
+def encode(graphdef, params, tokens, segment_ids, batch_size=256, layer=None):
   """Frozen representation: [N, T * D] float32, all final hidden states concatenated.
 
   `decoder.features` (the transformer's after its last LayerNorm; the bilstm's 2H states) of
   every position, flattened position-major (row i = h[i, 0], h[i, 1], ...), zero where
   segment_ids == 0 (padding). Jitted, in batches of `batch_size` (the last one padded to the
-  same shape, so one compilation serves all batches).
+  same shape, so one compilation serves all batches). `layer` (transformers only): the
+  residual stream after that many blocks instead (0: the embeddings).
   """
   cfg = _model_cfg(graphdef, params)
   tokens, segment_ids = _check_tokens("encode:", tokens, segment_ids, cfg)
   batch_size = _check_int("batch_size", batch_size, 1)
   n, t = tokens.shape
   bs = min(batch_size, n)
-  fn = _encode_fn(graphdef)
+  fn = _encode_fn(graphdef, layer)
   out = np.empty((n, t * cfg.feature_dim), np.float32)
   for lo in range(0, n, bs):
     tok, seg = tokens[lo:lo + bs], segment_ids[lo:lo + bs]

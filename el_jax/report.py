@@ -1348,6 +1348,35 @@ def _mlm_vs_random_init(R, rel):
              "trained above its random init in", "over"], rows)
 
 
+@table("probe_layers")
+def _probe_layers(R, language):
+  """experiments/probe_layers.py: per layer, the trained models' probe against their random
+  inits (mean over the model seeds, paired sign flip) and the features' numerical rank."""
+  rel = f"probe_layers/{language}.json"
+  if not R.exists(rel):
+    return _not_yet_run(f"{RESULTS}/{rel}", f"python experiments/probe_layers.py "
+                        f"--language={language} ...")
+  d = R.load(rel)
+  rows = []
+  for layer, r in d["layers"].items():
+    for t in d["tasks"]:
+      c = d["comparison"][layer][t]
+
+      def rank(kind):
+        ranks = [v[t]["feature_rank"] for v in r[kind].values()]
+        return f"{sum(ranks) / len(ranks):.0f}"
+      name = "final (after the last LayerNorm)" if layer == "final" else (
+          "0 (embeddings)" if layer == "0" else f"after block {layer}")
+      rows.append([name, t, f"{100 * c['mean_a']:.2f}", f"{100 * c['mean_b']:.2f}",
+                   f"{100 * c['diff']:+.2f}", f"{c['trained_above_random_in']} of {c['n']}",
+                   p_note(c) if "p_value" in c else "-",
+                   f"{rank('trained')} / {rank('random_init')} of "
+                   f"{next(iter(r['trained'].values()))[t]['num_features']}"])
+  return md(["layer", "task", "trained probe %", "random init probe %", "difference (points)",
+             "trained above its init in", "p (pairs: sign flip)",
+             "feature rank, trained / random init"], rows)
+
+
 # --- seed 002: adversarial pretraining (Tables 1-2) ---------------------------------
 
 ADV = "adversarial_pretraining/table.json"

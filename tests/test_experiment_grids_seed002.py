@@ -542,3 +542,38 @@ def test_mlm_flatness_pretrained_figure_at_test_size(tmp_path):
                     ("--pretrain_seeds=x", "must be comma-separated")):
     with pytest.raises(ValueError, match=says):
       ms.main(tr[:2] + [bad] + argv[1:3] + argv[5:])
+
+
+def test_probe_layers_reads_every_layer_of_trained_and_random_models(tmp_path, monkeypatch):
+  """experiments/probe_layers.py at test size: for each model seed, the probe of layers
+  0..L and "final" of the trained model and its random init; "final" is what the figures'
+  probe (`Measurer.probes`) gives on the same model; per layer the paired comparison over
+  the seeds; a workdir without a config is refused with what to give."""
+  from el_jax import mlm_measure
+  pl = _script("probe_layers")
+  monkeypatch.setenv("EL_JAX_CACHE", str(tmp_path / "cache"))
+  cfg = runner.get_config("hmm_mlm", "test", {"seeds": (0, 1)})
+  cfg.progress = False
+  work = str(tmp_path / "run")
+  runner.run_or_reuse(cfg, work, verbose=False)
+  step = int(cfg.train.num_steps)
+  sizes = ["--probe_train=64", "--probe_valid=32", "--probe_test=32", "--probe_epochs=2",
+           "--probe_lrs=0.01"]
+  doc = pl.main(["--language=hmm", f"--workdir={work}", f"--step={step}", "--seeds=0,1",
+                 "--tasks=6", f"--out={tmp_path / 'out'}"] + sizes)
+  with open(tmp_path / "out" / "hmm.json") as f:
+    assert json.load(f)["layers"].keys() == doc["layers"].keys()
+  names = [str(k) for k in range(cfg.model.num_layers + 1)] + ["final"]
+  assert list(doc["layers"]) == names and doc["seeds"] == [0, 1]
+  for k in names:
+    for kind in ("trained", "random_init"):
+      assert set(doc["layers"][k][kind]) == {"0", "1"}
+    c = doc["comparison"][k]["6"]
+    assert c["n"] == 2 and c["test"] == "paired sign flip"
+  m = mlm_measure.Measurer(cfg, mlm_measure.Settings(
+      tasks="6", probe_train=64, probe_valid=32, probe_test=32, probe_epochs=2,
+      probe_lrs="0.01", flat_inputs=1, flat_reps=1), "hmm")
+  want = m.probes(m.trainer.graphdef, m.params(work, step, 1))["6"]
+  assert doc["layers"]["final"]["trained"]["1"]["6"]["test_acc_mean"] == want["test_acc_mean"]
+  with pytest.raises(ValueError, match="holds no config.json"):
+    pl.main(["--language=hmm", f"--workdir={tmp_path}", "--step=1"])

@@ -525,3 +525,39 @@ def test_identical_per_seed_probe_results_mean_the_features_carry_the_same_infor
   c, d = run(lambda sp: word_code(e1, sp)), run(lambda sp: word_code(e2, sp))
   assert c["test_acc"] != d["test_acc"]
   assert min(c["test_acc_mean"], d["test_acc_mean"]) > a["test_acc_mean"] + 0.1
+
+
+def test_encode_reads_each_layer_of_the_residual_stream():
+  """`probe.encode(layer=k)` (experiments/probe_layers.py, issue 34): k = 0 is the embeddings
+  plus the learned positions (NumPy from the tables), the last state through the final
+  LayerNorm (NumPy) is `features`, each layer masked and flattened as the final features are;
+  a layer out of range, or an LSTM, is refused with what is allowed."""
+  from flax import nnx
+  cfg = decoder.preset("encoder", vocab_size=11, num_layers=2, num_heads=2, embed_dim=8,
+                       mlp_dim=16, max_len=6)
+  graphdef, params = decoder.init(cfg, 0)
+  rng = np.random.default_rng(0)
+  tokens = rng.integers(1, 11, size=(3, 6)).astype(np.int32)
+  seg = np.ones((3, 6), np.int32)
+  seg[1, 4:] = 0
+  states = [np.asarray(h) for h in nnx.merge(graphdef, params).hidden_states(tokens, seg)]
+  assert len(states) == 3
+  emb, pos = np.asarray(params["embed"]["embedding"]), np.asarray(params["pos_embed"])
+  np.testing.assert_allclose(states[0], emb[tokens] + pos[None, :6], rtol=1e-6, atol=1e-7)
+  x = states[-1].astype(np.float64)
+  ln = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + cfg.layer_norm_eps)
+  ln = ln * np.asarray(params["ln_f"]["scale"]) + np.asarray(params["ln_f"]["bias"])
+  final = np.asarray(decoder.features(graphdef, params, tokens, seg))
+  np.testing.assert_allclose(final, ln, rtol=1e-4, atol=1e-5)
+  mask = (seg > 0)[:, :, None]
+  for k, want in enumerate(states):
+    got = probe.encode(graphdef, params, tokens, seg, batch_size=2, layer=k)
+    np.testing.assert_allclose(got, (want * mask).reshape(3, -1), rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(probe.encode(graphdef, params, tokens, seg),
+                             (final * mask).reshape(3, -1), rtol=1e-5, atol=1e-6)
+  with pytest.raises(ValueError, match=r"layer=3 must be in 0\.\.2"):
+    probe.encode(graphdef, params, tokens, seg, layer=3)
+  lstm = decoder.preset("bilstm", vocab_size=11, num_layers=1, embed_dim=8, max_len=6)
+  lg, lp = decoder.init(lstm, 0)
+  with pytest.raises(ValueError, match="per-layer states are the transformer's"):
+    probe.encode(lg, lp, tokens, seg, layer=0)

@@ -290,6 +290,17 @@ class Decoder(nnx.Module):
 
   def features(self, tokens_BxT, segment_ids_BxT=None, positions_P=None):
     """The final hidden states (after the last LayerNorm): `[B, T, D]` (or `[B, P, D]`)."""
+    return self.ln_f(self._residual(tokens_BxT, segment_ids_BxT, positions_P))
+
+  def hidden_states(self, tokens_BxT, segment_ids_BxT=None):
+    """The residual stream after the embeddings and after each block: a list of
+    `num_layers + 1` arrays `[B, T, D]` (the last one before the final LayerNorm, which
+    `features` applies)."""
+    out = []
+    self._residual(tokens_BxT, segment_ids_BxT, None, out)
+    return out
+
+  def _residual(self, tokens_BxT, segment_ids_BxT, positions_P, states=None):
     cfg = self.cfg
     _, t = tokens_BxT.shape
     if t > cfg.max_len:
@@ -304,10 +315,14 @@ class Decoder(nnx.Module):
         raise ValueError("model.doc_mask=True needs segment_ids")
       same = segment_ids_BxT[:, :, None] == segment_ids_BxT[:, None, :]
       mask_BxTxT = jnp.logical_and(mask_BxTxT, same)
+    if states is not None:
+      states.append(x)
     for i, block in enumerate(self.blocks):
       last = i == len(self.blocks) - 1
       x = block(x, mask_BxTxT, positions_P if last else None)
-    return self.ln_f(x)
+      if states is not None:
+        states.append(x)
+    return x
 
   def __call__(self, tokens_BxT, segment_ids_BxT=None, positions_P=None):
     """Logits `[B, T, V]`, or `[B, P, V]` at the static `positions_P` only.
@@ -348,9 +363,19 @@ def apply(graphdef, params, tokens_BxT, segment_ids_BxT=None, positions_P=None):
   return nnx.merge(graphdef, params)(tokens_BxT, segment_ids_BxT, positions_P)
 
 
-def features(graphdef, params, tokens_BxT, segment_ids_BxT=None):
-  """Pure final hidden states `[B, T, D]` (the representation probes read)."""
-  return nnx.merge(graphdef, params).features(tokens_BxT, segment_ids_BxT)
+def features(graphdef, params, tokens_BxT, segment_ids_BxT=None, layer=None):
+  """Pure final hidden states `[B, T, D]` (the representation probes read); with `layer` the
+  transformer's residual stream after `layer` blocks (0: the embeddings; no LayerNorm)."""
+  model = nnx.merge(graphdef, params)
+  if layer is None:
+    return model.features(tokens_BxT, segment_ids_BxT)
+  if not isinstance(model, Decoder):
+    raise ValueError(f"layer={layer}: per-layer states are the transformer's (preset "
+                     f"'encoder' / 'gpt2' / ...), not {type(model).__name__}'s")
+  if not 0 <= layer <= model.cfg.num_layers:
+    raise ValueError(f"layer={layer} must be in 0..{model.cfg.num_layers} (0: the embeddings, "
+                     f"k: after block k)")
+  return model.hidden_states(tokens_BxT, segment_ids_BxT)[layer]
 
 
 def num_params(params):

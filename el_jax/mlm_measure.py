@@ -77,6 +77,16 @@ class Settings:
     return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls)})
 
 
+def check_probe_flags(lrs, normalizations):
+  """ValueError naming --probe_lrs / --probe_normalizations and what is allowed, before a
+  script trains anything (the grid is otherwise parsed only when the measuring starts)."""
+  try:
+    probe.parse_grid(lrs, "0", normalizations)
+  except ValueError as e:
+    raise ValueError(f"--probe_lrs={lrs!r} / --probe_normalizations={normalizations!r}: "
+                     f"{e}") from None
+
+
 class Measurer:
   """Loads checkpoints of one config (`language`: "pcfg" | "hmm") and measures Tr(H) and
   linear-probe accuracy as `settings` (a `Settings`) says."""

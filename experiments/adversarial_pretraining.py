@@ -453,11 +453,7 @@ def main(argv=None):
                   help="model seeds: each is pre-trained normally and adversarially (a pair)")
   args = ap.parse_args(argv)
   args.seeds = cli.seed_list(args.seeds)
-  try:  # before any training: a typo here would otherwise stop the run after it
-    probe.parse_grid(args.probe_lrs, "0", args.probe_normalizations)
-  except ValueError as e:
-    raise ValueError(f"--probe_lrs={args.probe_lrs!r} / --probe_normalizations="
-                     f"{args.probe_normalizations!r}: {e}") from None
+  mlm_measure.check_probe_flags(args.probe_lrs, args.probe_normalizations)  # before training
   try:
     args.weights = sorted({float(w) for w in args.weights.split(",")})
   except ValueError:

@@ -49,9 +49,12 @@ def measure(m, params, layer):
   """{task: probe result} on the features of `layer` ("final" or a block count)."""
   g = m.trainer.graphdef
   k = None if layer == "final" else int(layer)
-  return {name: {f: r[f] for f in KEEP} for name, ds in m.tasks.items()
-          for r in [m.probe_features(ds, lambda sp: probe.encode(
-              g, params, sp.tokens, sp.segment_ids, layer=k))]}
+  out = {}
+  for name, ds in m.tasks.items():
+    r = m.probe_features(ds, lambda sp: probe.encode(g, params, sp.tokens, sp.segment_ids,
+                                                     layer=k))
+    out[name] = {f: r[f] for f in KEEP}
+  return out
 
 
 def compare(layers, tasks, seeds):
@@ -85,6 +88,7 @@ def main(argv=None):
   ap.add_argument("--out", default=os.path.join("results", "probe_layers"))
   args = ap.parse_args(argv)
   seeds = cli.seed_list(args.seeds)
+  mlm_measure.check_probe_flags(args.probe_lrs, args.probe_normalizations)  # before training
   stored = config_lib.stored_config(args.workdir)
   if stored is None:
     raise ValueError(f"--workdir={args.workdir!r} holds no config.json: give a finished MLM "
@@ -100,7 +104,6 @@ def main(argv=None):
       probe_test=args.probe_test, probe_epochs=args.probe_epochs, probe_lrs=args.probe_lrs,
       probe_normalizations=args.probe_normalizations, probe_cache=args.probe_cache,
       flat_inputs=1, flat_reps=1)
-  probe.parse_grid(args.probe_lrs, "0", args.probe_normalizations)
   t0 = time.time()
   m = mlm_measure.Measurer(cfg, settings, args.language)
   names = layer_names(int(cfg.model.num_layers))

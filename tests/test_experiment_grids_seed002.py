@@ -577,3 +577,5 @@ def test_probe_layers_reads_every_layer_of_trained_and_random_models(tmp_path, m
   assert doc["layers"]["final"]["trained"]["1"]["6"]["test_acc_mean"] == want["test_acc_mean"]
   with pytest.raises(ValueError, match="holds no config.json"):
     pl.main(["--language=hmm", f"--workdir={tmp_path}", "--step=1"])
+  with pytest.raises(ValueError, match=r"--probe_normalizations='pca': .*allowed"):
+    pl.main(["--language=hmm", f"--workdir={work}", "--step=1", "--probe_normalizations=pca"])

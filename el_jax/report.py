@@ -1368,8 +1368,8 @@ def _probe_layers(R, language):
       name = "final (after the last LayerNorm)" if layer == "final" else (
           "0 (embeddings)" if layer == "0" else f"after block {layer}")
       rows.append([name, t, f"{100 * c['mean_a']:.2f}", f"{100 * c['mean_b']:.2f}",
-                   f"{100 * c['diff']:+.2f}", f"{c['trained_above_random_in']} of {c['n']}",
-                   p_note(c) if "p_value" in c else "-",
+                   f"{100 * c['diff']:+.2f}", f"{c['trained_above_random_in']} of {len(c['keys'])}",
+                   p_note(c),
                    f"{rank('trained')} / {rank('random_init')} of "
                    f"{next(iter(r['trained'].values()))[t]['num_features']}"])
   return md(["layer", "task", "trained probe %", "random init probe %", "difference (points)",

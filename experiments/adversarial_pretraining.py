@@ -29,8 +29,8 @@ Then measures, on the final checkpoints of every model seed:
   the paper's protocol, 5 probe seeds, test accuracy at the epoch chosen on
   valid; the learning rate of --probe_lrs and the normalisation of
   --probe_normalizations chosen on valid per model, the default the paper's
-  fixed 1e-3 on standardised features), for both models and for the lookup table's features (the exact
-  conditionals, concatenated); normal vs adversarial over the model seeds
+  fixed 1e-3 on standardised features), for both models and for the lookup
+  table's features (the exact conditionals, concatenated); normal vs adversarial over the model seeds
   (`stats.paired_compare`: a seed's two runs share the initialisation and the
   batches; sign flip, floor 0.25 for 3 seeds), or with one seed by
   `stats.compare` over its 5 probe seeds (a difference beyond probe noise for
@@ -255,12 +255,14 @@ def measure(args, normal_cfg, adv_cfg, normal_dir, chosen_dir):
     print(f"measuring {label} (model seed {seed}, {d}, step {step})", flush=True)
     params = m.params(d, step, seed)
     row = {"run": d, "seed": seed, "step": step, **eval_row(d, step, seed)}
-    row["probe"] = probe_all(
-        m, lambda s, p=params: probe.encode(graphdef, p, s.tokens, s.segment_ids))
-    task = m.tasks[a.task]
-    row["adversary_objective"] = d2_diagnostic(
-        probe.encode(graphdef, params, task.train.tokens, task.train.segment_ids),
-        task.train.labels, task.num_classes, a, args.d2_draws)
+    task, feats = m.tasks[a.task], {}
+
+    def encode(s):  # keeps the adversary task's training features for its diagnostic
+      feats[id(s)] = x = probe.encode(graphdef, params, s.tokens, s.segment_ids)
+      return x
+    row["probe"] = probe_all(m, encode)
+    row["adversary_objective"] = d2_diagnostic(feats[id(task.train)], task.train.labels,
+                                               task.num_classes, a, args.d2_draws)
     row.update(m.flatness(params, step))
     print(f"  Tr(H) B.1 {row['trace_b1']:.3f} +- {row['trace_b1_std']:.3f}, Hutchinson "
           f"{row['trace_hutchinson']:.3f} +- {row['trace_hutchinson_stderr']:.3f}; D2 loss "

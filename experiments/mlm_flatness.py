@@ -312,30 +312,7 @@ def figure_training(language, args, path):
              "ran_on": provenance.ran_on(), "wall_s": round(time.time() - t0, 1)}
 
 
-def vs_random_init(trained, sanity):
-  """{task: the trained models' probe against the random init's}: `trained` is {key: point}
-  with the same keys as each task's sanity["random_init"] (model seeds, or sizes). One model:
-  over its probe seeds (`stats.compare`, unpaired: say whether this model beats its own init);
-  several: over the models (one mean per model), each paired with its own init (the same key:
-  before / after on one model, so `stats.paired_compare`, a sign flip whose floor is 2 / 2^n:
-  0.5 for 2 models, 0.25 for 3). Not in the Holm family of the comparison: a sanity check that
-  the probe sees the model (issue 34)."""
-  out = {}
-  for task, row in sanity.items():
-    keys = [k for k in row["random_init"] if k in trained]
-    if len(keys) == 1:
-      c = stats.compare(trained[keys[0]]["probe"][task]["test_acc"],
-                        row["random_init"][keys[0]]["test_acc"])
-      over = "probe seeds of one model"
-    else:
-      c = stats.paired_compare([trained[k]["probe"][task]["test_acc_mean"] for k in keys],
-                               [row["random_init"][k]["test_acc_mean"] for k in keys])
-      over = "models and their own inits"
-    out[task] = {**c, "keys": keys, "over": over,
-                 "trained_above_random_in": int(sum(
-                     trained[k]["probe"][task]["test_acc_mean"]
-                     > row["random_init"][k]["test_acc_mean"] for k in keys))}
-  return out
+vs_random_init = mlm_measure.vs_random_init  # the trained models' probe against their inits
 
 
 def _print_sanity(sanity):

@@ -13,8 +13,8 @@ normalisation chosen on valid per model, the epoch on valid) reads, at every pos
 residual stream after 0, 1, ..., L blocks (0: the embeddings; `probe.encode(layer=k)`, no
 LayerNorm) and the final features (after the last LayerNorm: what the figures probe), of the
 trained model and of its own random initialisation, with the features' numerical rank
-(`probe.feature_rank`). Per layer, trained against random init over the model seeds: the paired
-sign flip of `stats.paired_compare` (floor 0.25 for 3 seeds).
+(`probe.feature_rank`). Per layer, trained against random init (`mlm_measure.vs_random_init`,
+as the figures' sanity rows): over the model seeds, paired (sign flip, floor 0.25 for 3 seeds).
 
 Writes <out>/<language>.json (default `results/probe_layers/`); the page:
 docs/results/seed002_flatness.md (its layer-by-layer section). Wall time at CPU size: 3-4 min
@@ -33,10 +33,9 @@ from el_jax import config as config_lib
 from el_jax import mlm_measure
 from el_jax import probe
 from el_jax import provenance
-from el_jax import stats
 from el_jax import workdir as wd
 
-KEEP = ("test_acc_mean", "test_acc_std", "valid_acc_mean", "chosen", "feature_rank",
+KEEP = ("test_acc", "test_acc_mean", "test_acc_std", "valid_acc_mean", "chosen", "feature_rank",
         "num_features")
 
 
@@ -57,18 +56,13 @@ def measure(m, params, layer):
   return out
 
 
-def compare(layers, tasks, seeds):
-  """Per layer and task: trained against random init over the model seeds (paired)."""
-  out = {}
-  for layer, r in layers.items():
-    for t in tasks:
-      a = [r["trained"][str(s)][t]["test_acc_mean"] for s in seeds]
-      b = [r["random_init"][str(s)][t]["test_acc_mean"] for s in seeds]
-      c = stats.paired_compare(a, b) if len(seeds) > 1 else {
-          "mean_a": a[0], "mean_b": b[0], "diff": a[0] - b[0], "n": 1}
-      c["trained_above_random_in"] = sum(x > y for x, y in zip(a, b))
-      out.setdefault(layer, {})[t] = c
-  return out
+def compare(layers, tasks):
+  """Per layer: {task: the trained models' probe against their own random inits}
+  (`mlm_measure.vs_random_init`: over the model seeds, paired; one seed over its probe seeds)."""
+  return {k: mlm_measure.vs_random_init(
+      {s: {"probe": r} for s, r in layer["trained"].items()},
+      {t: {"random_init": {s: r[t] for s, r in layer["random_init"].items()}} for t in tasks})
+      for k, layer in layers.items()}
 
 
 def main(argv=None):
@@ -118,7 +112,7 @@ def main(argv=None):
             for t, v in r.items()), flush=True)
   doc = {"language": args.language, "workdir": args.workdir, "step": args.step,
          "seeds": list(seeds), "tasks": tasks.split(","), "num_layers": int(cfg.model.num_layers),
-         "layers": layers, "comparison": compare(layers, tasks.split(","), seeds),
+         "layers": layers, "comparison": compare(layers, tasks.split(",")),
          "settings": vars(settings), "model": cfg.model.to_dict(),
          "command": "python experiments/probe_layers.py " + " ".join(
              sys.argv[1:] if argv is None else argv),

@@ -22,8 +22,10 @@ Variants:
 Architecture: model.preset "encoder" (the transformer above) or "bilstm", bidirectional LSTM
 layers as the paper's HMM models (el_jax.models.lstm; model.embed_dim is the hidden size,
 model.num_layers the layers, the attention fields unused). On --hmm=sharp of
-experiments/mlm_flatness.py the encoder stays on the block plateau where the bilstm leaves it
-(docs/results/seed002_flatness.md, issue 34).
+experiments/mlm_flatness.py the encoder at GPT-2's initialisation (model.init_std=0.02) stays
+on the block plateau where the bilstm leaves it; with model.init_std=0.1 it leaves it as well,
+its early blocks reading the masked word's two neighbours (docs/results/seed002_flatness.md,
+issue 34).
 
 Expected (cpu, seed 0; measured on the shared 2-core CPU, results are deterministic):
 valid gap (mlm_loss - true_entropy) 0.013 and KL 0.012 nats after 3000 steps (1.64 at

@@ -300,7 +300,8 @@ def inert_keys(flat):
   `loss.reduction` is the plain mean, `optim.decay_frac` unless the schedule is "wsd", a
   disabled `adversarial` block, the default `data.pipeline="memory"`,
   `data.max_sentences=0`, `train.cpu_dots="xla"`, `train.attention_blocks=1` and the HMM's
-  default (Uniform) draw, `data.trans_concentration` / `data.emit_concentration` = 0. A field
+  default (Uniform) draw, `data.trans_concentration` / `data.emit_concentration` = 0, and
+  the default initialisation `model.init_std` = 0.02. A field
   added to the configs later is
   inert in the old runs' configs too, so their workdirs and result rows stay comparable."""
   out = set()
@@ -328,6 +329,8 @@ def inert_keys(flat):
   for k in ("data.trans_concentration", "data.emit_concentration"):  # the HMM's default draw
     if flat.get(k, 0.0) in (0, 0.0, "<absent>"):
       out.add(k)
+  if flat.get("model.init_std", 0.02) in (0.02, "<absent>"):  # GPT-2's initialisation
+    out.add("model.init_std")
   return out
 
 

@@ -147,6 +147,10 @@ def mlm(arg, language, *, num_layers, num_heads, embed_dim, mlp_dim):
   c.model.mlp_dim = mlp_dim  # MLP hidden width (d-inter; 0 = 4 * embed_dim)
   c.model.doc_mask = True  # segment ids: the sentence never attends to its padding
   c.model.dtype = "float32"  # compute dtype: "float32" | "bfloat16"
+  # std of the transformer's normal initialisation (GPT-2's 0.02, every committed result's). On
+  # the sharp HMM 0.02 holds the cpu encoder on the block plateau and 0.1 takes it off
+  # (docs/results/seed002_flatness.md, issue 34); the bilstm has its own (must stay 0.02).
+  c.model.init_std = 0.02  # std of the transformer's normal initialisation (see above)
 
   c.loss = loss()
   # The academic-budget recipe (App. A.3): AdamW lr 1e-3, 6% warmup then linear decay; the

@@ -474,10 +474,12 @@ def add_pretraining(g, language, args, seeds):
 
 def pretrain_suffix(extra):
   """The run labels' suffix of --pretrain's overrides `extra`: "" without, "_pretrain" with,
-  plus "_<preset>" when they set model.preset (another architecture: runs of its own)."""
+  plus "_<preset>" when they set model.preset (another architecture: runs of its own) and
+  "_init<std>" when they set model.init_std (another initialisation)."""
   if not extra:
     return ""
-  return "_pretrain" + (f"_{extra['model.preset']}" if "model.preset" in extra else "")
+  return ("_pretrain" + (f"_{extra['model.preset']}" if "model.preset" in extra else "")
+          + (f"_init{extra['model.init_std']}" if "model.init_std" in extra else ""))
 
 
 def carried_overrides(extra):

@@ -579,3 +579,61 @@ def test_probe_layers_reads_every_layer_of_trained_and_random_models(tmp_path, m
     pl.main(["--language=hmm", f"--workdir={tmp_path}", "--step=1"])
   with pytest.raises(ValueError, match=r"--probe_normalizations='pca': .*allowed"):
     pl.main(["--language=hmm", f"--workdir={work}", "--step=1", "--probe_normalizations=pca"])
+
+
+def test_attention_reach_reads_the_masked_queries_weights(tmp_path, monkeypatch):
+  """experiments/attention_reach.py at test size: per model seed, trained and random init,
+  each block's per-head weight of the masked query on its neighbours equals a loop over the
+  sentences of `decoder.attention_probs`; heads with zero queries and keys (uniform over the
+  sentence) give exactly the `uniform` baseline; a workdir without a config, or an LSTM run,
+  is refused with what to give."""
+  import jax
+  from el_jax.models import decoder
+  ar = _script("attention_reach")
+  monkeypatch.setenv("EL_JAX_CACHE", str(tmp_path / "cache"))
+  cfg = runner.get_config("hmm_mlm", "test", {"seeds": (0,)})
+  cfg.progress = False
+  work = str(tmp_path / "run")
+  runner.run_or_reuse(cfg, work, verbose=False)
+  step = int(cfg.train.num_steps)
+  doc = ar.main([f"--workdir={work}", f"--step={step}", "--seeds=0", "--sentences=40",
+                 f"--out={tmp_path / 'reach.json'}"])
+  with open(tmp_path / "reach.json") as f:
+    assert json.load(f)["models"].keys() == {"trained", "random_init"}
+  setup = ar.Setup(cfg)
+  trainer = ar.Trainer(setup)
+  params = ar.checkpoint.restore_params(trainer, work, 0, step)
+  v = setup.task.corpus.valid.subset(np.arange(40))
+  x, seg, lengths, pos = (v.masked_inputs(setup.task.corpus.mask_id), v.segment_ids, v.lengths,
+                          v.mask_pos)
+  probs = [np.asarray(p) for p in decoder.attention_probs(trainer.graphdef, params, x, seg)]
+  blocks = doc["models"]["trained"]["0"]
+  assert doc["eval"]["0"]["valid_kl"] > 0
+  assert len(blocks) == cfg.model.num_layers
+  assert [b["best_head_neighbour_mass"] for b in doc["summary"]["trained"]] == [
+      [max(b["neighbour_mass"])] for b in blocks]
+  for k, b in enumerate(blocks):
+    for h in range(cfg.model.num_heads):
+      want = np.mean([sum(probs[k][n, h, pos[n], pos[n] + d] for d in (-1, 1)
+                          if 0 <= pos[n] + d < lengths[n]) for n in range(40)])
+      assert b["neighbour_mass"][h] == pytest.approx(want, rel=1e-5)
+      left = [probs[k][n, h, pos[n], pos[n] - 1] for n in range(40) if pos[n] >= 1]
+      assert b["by_offset"]["-1"][h] == pytest.approx(np.mean(left), rel=1e-5)
+  # q = k = 0: every score 0, the weights uniform over the sentence -> exactly `uniform`
+  d = cfg.model.embed_dim
+
+  def zero_qk(path, a):  # the QKV kernel / bias columns of q and k (the first 2 * d)
+    return a.at[..., :2 * d].set(0.0) if "qkv" in jax.tree_util.keystr(path) else a
+  flat = jax.tree_util.tree_map_with_path(zero_qk, params)
+  for b in ar.reach(trainer.graphdef, flat, x, seg, lengths, pos):
+    assert b["uniform"] == pytest.approx(np.mean([sum(0 <= p + d < n for d in (-1, 1)) / n
+                                                  for p, n in zip(pos, lengths)]))
+    np.testing.assert_allclose(b["neighbour_mass"], b["uniform"], rtol=1e-5)
+  with pytest.raises(ValueError, match="holds no config.json"):
+    ar.main([f"--workdir={tmp_path}", "--step=1", f"--out={tmp_path / 'x.json'}"])
+  os.makedirs(tmp_path / "lstm")
+  with open(tmp_path / "lstm" / "config.json", "w") as f:
+    json.dump(runner.get_config("hmm_mlm", "test", {"model.preset": "bilstm"}).to_dict(), f)
+  with pytest.raises(ValueError, match=r"model\.preset 'bilstm'; attention weights need an MLM "
+                     r"run of the transformer encoder"):
+    ar.main([f"--workdir={tmp_path / 'lstm'}", "--step=1", f"--out={tmp_path / 'x.json'}"])

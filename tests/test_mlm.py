@@ -407,3 +407,25 @@ def test_hmm_concentrations_default_to_the_uniform_draw_everywhere():
   with pytest.raises(ValueError, match="data.emit_concentration=-1.0 must be a number >= 0"):
     mlm_data.check_data_config(runner.get_config(
         "hmm_mlm", "cpu", {"data.emit_concentration": -1.0}).data)
+
+
+def test_init_std_reaches_the_model_and_the_default_is_inert():
+  """`model.init_std` (issue 34: the sharp HMM's block plateau) sets the std of the encoder's
+  normal initialisations; 0.02 (every committed run's) is inert against configs written before
+  the field, any other value is a different run."""
+  from el_jax import config as config_lib
+  for std in (0.02, 0.1):
+    c = runner.get_config("hmm_mlm", "test", {"model.init_std": std})
+    train.validate_config(c)
+    cfg = decoder.config_from(c.model, 40, 16)
+    assert cfg.init_std == std
+    _, params = decoder.init(cfg, 0)
+    for w in (params["embed"]["embedding"].value, params["blocks"][0]["attn"]["qkv"]["kernel"].value):
+      w = np.asarray(w, np.float64).ravel()
+      # the sample std of n normals has standard error std / sqrt(2n)
+      assert abs(w.std() - std) < 5 * std / np.sqrt(2 * w.size), (std, w.std(), w.size)
+  new = config_lib.flatten(config_lib.config_dict(runner.get_config("hmm_mlm", "cpu")))
+  old = {k: v for k, v in new.items() if k != "model.init_std"}
+  assert not config_lib.config_diff(old, new)
+  other = dict(new, **{"model.init_std": 0.1})
+  assert config_lib.config_diff(old, other) == ["model.init_std"]

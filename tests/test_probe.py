@@ -1,5 +1,7 @@
 """Linear probe, fine-tuning and the downstream data of seed paper 002."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -561,3 +563,46 @@ def test_encode_reads_each_layer_of_the_residual_stream():
   lg, lp = decoder.init(lstm, 0)
   with pytest.raises(ValueError, match="per-layer states are the transformer's"):
     probe.encode(lg, lp, tokens, seg, layer=0)
+
+
+def test_attention_probs_equal_numpy_and_average_the_values():
+  """`decoder.attention_probs` (experiments/attention_reach.py, issue 34): each block's weights
+  are softmax(q k^T / sqrt(K)) over the keys of the query's own sentence, from the block's
+  LayerNorm and QKV (NumPy, float64), and the block's attention output is the value average
+  with those weights through the output projection; an LSTM is refused."""
+  from flax import nnx
+  cfg = decoder.preset("encoder", vocab_size=11, num_layers=2, num_heads=2, embed_dim=8,
+                       mlp_dim=16, max_len=6, doc_mask=True, init_std=0.5)
+  graphdef, params = decoder.init(cfg, 0)
+  rng = np.random.default_rng(1)
+  tokens = rng.integers(1, 11, size=(3, 6)).astype(np.int32)
+  seg = np.ones((3, 6), np.int32)
+  seg[1, 4:] = 0
+  model = nnx.merge(graphdef, params)
+  states = [np.asarray(h, np.float64) for h in model.hidden_states(tokens, seg)]
+  got = [np.asarray(p) for p in decoder.attention_probs(graphdef, params, tokens, seg)]
+  assert len(got) == 2 and got[0].shape == (3, 2, 6, 6)
+  allowed = seg[:, :, None] == seg[:, None, :]
+  for k, (p_got, x) in enumerate(zip(got, states)):
+    blk = params["blocks"][k]
+    a = lambda *path: np.asarray(functools.reduce(lambda d, n: d[n], path, blk), np.float64)  # noqa: E731
+    ln = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + cfg.layer_norm_eps)
+    ln = ln * a("ln1", "scale") + a("ln1", "bias")
+    qkv = (ln @ a("attn", "qkv", "kernel") + a("attn", "qkv", "bias")).reshape(3, 6, 3, 2, 4)
+    q, kk, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+    s = np.einsum("bqhd,bshd->bhqs", q, kk) / 2.0  # sqrt(head dim 4)
+    s = np.where(allowed[:, None], s, -np.inf)
+    want = np.exp(s - s.max(-1, keepdims=True))
+    want /= want.sum(-1, keepdims=True)
+    np.testing.assert_allclose(p_got, want, rtol=1e-4, atol=1e-6)
+    assert np.all(p_got[allowed[:, None].repeat(2, 1) == False] == 0)  # noqa: E712
+    assert want.std(-1).max() > 0.05  # far from uniform: the comparison can fail
+    y = np.einsum("bhqs,bshd->bqhd", want, v).reshape(3, 6, 8)
+    out = y @ a("attn", "out", "kernel") + a("attn", "out", "bias")
+    attn = np.asarray(model.blocks[k].attn(model.blocks[k].ln1(states[k].astype(np.float32)),
+                                           jnp.asarray(allowed)))
+    np.testing.assert_allclose(attn, out, rtol=1e-4, atol=1e-5)
+  lstm = decoder.preset("bilstm", vocab_size=11, num_layers=1, embed_dim=8, max_len=6)
+  lg, lp = decoder.init(lstm, 0)
+  with pytest.raises(ValueError, match="attention weights are the transformer's"):
+    decoder.attention_probs(lg, lp, tokens, seg)

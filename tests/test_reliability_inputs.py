@@ -59,6 +59,13 @@ CONFIG_ERRORS = {
                        rf"config\.seeds=\(0, {2**32}\) has {2**32}; seeds must be integers"),
     "negative_data_seed": ([COPY, "--config.data.data_seed=-3"],
                            r"data\.data_seed=-3 must be an integer in \[0, 2\*\*32\)"),
+    "init_std_zero": (["--config=configs/hmm_mlm.py:test", "--config.model.init_std=0"],
+                      r"model\.init_std=0\.0 must be a finite number > 0 \(the std of the "
+                      r"transformer's normal initialisation; default 0\.02\)"),
+    "init_std_bilstm": (["--config=configs/hmm_mlm.py:test", "--config.model.preset=bilstm",
+                         "--config.model.init_std=0.1"],
+                        r"model\.init_std=0\.1 is the transformer's initialisation; the bilstm "
+                        r"uses PyTorch's"),
     "model_too_big": ([COPY, "--config.model.embed_dim=100000", "--config.model.num_heads=2"],
                       r"this run needs about [\d.]+ TB of memory \(estimate: params [\d.]+ GB "
                       r"\+ optimizer state .* activations .*\), more than the [\d.]+ [GMT]B "

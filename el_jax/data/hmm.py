@@ -44,8 +44,9 @@ instead; 4 blocks with 0.1 / 0.4 (`--hmm=contextual` of
 experiments/mlm_flatness.py) give an optimal loss of 3.765 (the paper's
 3.758), a context worth 0.085 nats and a task-10 Bayes accuracy of 45%
 (block majority 10%); with 0.1 / 0.1 (`--hmm=sharp`): 3.109, 0.603 nats and 82%
-(block majority 10%; results/mlm_flatness/sharp/). The cpu encoders learn the block and
-nothing more on all three (docs/results/seed002_flatness.md).
+(block majority 10%; results/mlm_flatness/sharp/). The cpu encoders at GPT-2's
+initialisation (std 0.02) learn the block and nothing more on all three; on `sharp` an
+initialisation of std 0.1 takes them off it (docs/results/seed002_flatness.md).
 
 Masked-LM conditionals: p(x_t = w | x_-t) is proportional to
 sum_k pred_t(k) beta_t(k) emit[k, w], with pred_t(k) = p(z_t = k, x_<t)

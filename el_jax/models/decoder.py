@@ -39,6 +39,9 @@ ACTIVATIONS = ("gelu_tanh", "gelu_exact")
 PRESETS = ("gpt_neox", "gpt2", "encoder", "bilstm")
 # "transformer" (the Decoder below) | "bilstm" (el_jax.models.lstm: seed 002's HMM model)
 ARCHS = ("transformer", "bilstm")
+# The std of every normal initialisation of the transformer (embeddings, positions, QKV, MLP in;
+# the output projections get it / sqrt(2 * layers)): GPT-2's 0.02, every committed result's.
+DEFAULT_INIT_STD = 0.02
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,7 +58,7 @@ class DecoderConfig:
   doc_mask: bool = False  # restrict attention to tokens of the same segment
   causal: bool = True  # False: bidirectional attention (an encoder, e.g. for masked LM)
   rotary_base: float = 10000.0
-  init_std: float = 0.02
+  init_std: float = DEFAULT_INIT_STD
   # compute dtype: "float32" | "bfloat16" (mixed precision: every matmul -- QKV, attention,
   # output projection, MLP, unembedding -- in bf16 with float32 weights, float32 residual
   # stream, LayerNorms, softmax, logits and loss)
@@ -129,16 +132,30 @@ def validate_model_config(m):
       raise ValueError(f"model.{name}={v!r} must be an integer")
   if m.mlp_dim < 0:
     raise ValueError(f"model.mlp_dim={m.mlp_dim} must be >= 1 (or 0 = 4 * embed_dim)")
+  std = _init_std(m)
+  if (isinstance(std, bool) or not isinstance(std, (int, float, np.floating))
+      or not 0 < std < float("inf")):
+    raise ValueError(f"model.init_std={std!r} must be a finite number > 0 (the std of the "
+                     f"transformer's normal initialisation; default {DEFAULT_INIT_STD})")
+  if m.preset == "bilstm" and std != DEFAULT_INIT_STD:
+    raise ValueError(f"model.init_std={std!r} is the transformer's initialisation; the bilstm "
+                     f"uses PyTorch's (N(0, 1) word vectors): leave it at {DEFAULT_INIT_STD}")
   preset(m.preset, vocab_size=1, num_layers=m.num_layers, num_heads=m.num_heads,
          embed_dim=m.embed_dim, mlp_dim=m.mlp_dim or 4 * m.embed_dim, max_len=1,
-         doc_mask=m.doc_mask, dtype=m.dtype)
+         doc_mask=m.doc_mask, dtype=m.dtype, init_std=float(std))
+
+
+def _init_std(m):
+  """`model.init_std` of a config's model block; blocks without the field (every task but the
+  MLM's) keep the DecoderConfig default."""
+  return m.get("init_std", DEFAULT_INIT_STD) if hasattr(m, "get") else DEFAULT_INIT_STD
 
 
 def config_from(m, vocab_size, max_len):
   """The DecoderConfig of a config's `model` block for a vocabulary and a context length."""
   return preset(m.preset, vocab_size=vocab_size, num_layers=m.num_layers, num_heads=m.num_heads,
                 embed_dim=m.embed_dim, mlp_dim=m.mlp_dim or 4 * m.embed_dim, max_len=max_len,
-                doc_mask=m.doc_mask, dtype=m.dtype)
+                doc_mask=m.doc_mask, dtype=m.dtype, init_std=float(_init_std(m)))
 
 
 def preset(name, **overrides):
@@ -191,8 +208,20 @@ class Attention(nnx.Module):
     """
     cfg = self.cfg
     b, t, _ = x_BxTxD.shape
-    dt = cfg.compute_dtype
-    qkv = self.qkv(x_BxTxD).astype(dt).reshape(b, t, 3, cfg.num_heads, cfg.head_dim)
+    q, k, v, mask_BxTxT = self.heads(x_BxTxD, mask_BxTxT, query_positions_P)
+    if cfg.attention_blocks > 1 and cfg.causal and query_positions_P is None and t > 1:
+      y = self.attend_blocked(q, k, v, mask_BxTxT, cfg.attention_blocks)
+    else:
+      y = self.attend(q, k, v, mask_BxTxT)
+    return self.out(y.reshape(b, q.shape[1], cfg.embed_dim))
+
+  def heads(self, x_BxTxD, mask_BxTxT, query_positions_P=None):
+    """(q `[B, Q, H, K]`, k, v `[B, T, H, K]`, the mask `[B, Q, T]`): the projections, at the
+    Q query positions (all T, or `query_positions_P`), with rotary positions applied."""
+    cfg = self.cfg
+    b, t, _ = x_BxTxD.shape
+    qkv = self.qkv(x_BxTxD).astype(cfg.compute_dtype).reshape(b, t, 3, cfg.num_heads,
+                                                               cfg.head_dim)
     q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
     pos = jnp.arange(t)
     if query_positions_P is not None:
@@ -204,11 +233,21 @@ class Attention(nnx.Module):
     if cfg.position == "rotary":
       q = rotary(q, pos_q, cfg.rotary_base)
       k = rotary(k, pos, cfg.rotary_base)
-    if cfg.attention_blocks > 1 and cfg.causal and query_positions_P is None and t > 1:
-      y = self.attend_blocked(q, k, v, mask_BxTxT, cfg.attention_blocks)
-    else:
-      y = self.attend(q, k, v, mask_BxTxT)
-    return self.out(y.reshape(b, q.shape[1], cfg.embed_dim))
+    return q, k, v, mask_BxTxT
+
+  def probs(self, x_BxTxD, mask_BxTxT):
+    """The attention weights `[B, H, T, T]` (query, key) of input `x` (after the block's
+    LayerNorm), float32: what `__call__` averages the values with."""
+    q, k, _, mask_BxTxT = self.heads(x_BxTxD, mask_BxTxT)
+    return self.softmax_scores(q, k, mask_BxTxT)
+
+  def softmax_scores(self, q_BxQxHxK, k_BxTxHxK, mask_BxQxT):
+    """softmax(q k^T / sqrt(K), masked) `[B, H, Q, T]` (scores and softmax in float32)."""
+    dt = self.cfg.compute_dtype
+    scores = (jnp.einsum("bqhk,bshk->bhqs", q_BxQxHxK, k_BxTxHxK)
+              / jnp.asarray(math.sqrt(self.cfg.head_dim), dt))
+    scores = jnp.where(mask_BxQxT[:, None], scores.astype(jnp.float32), -1e30)
+    return jax.nn.softmax(scores, axis=-1)
 
   def attend_blocked(self, q_BxTxHxK, k_BxTxHxK, v_BxTxHxK, mask_BxTxT, blocks):
     """`attend` of causal attention with every query (Q = T), in `blocks` contiguous query
@@ -233,11 +272,7 @@ class Attention(nnx.Module):
 
   def attend(self, q_BxQxHxK, k_BxTxHxK, v_BxTxHxK, mask_BxQxT):
     """softmax(q k^T / sqrt(K), masked) v -> `[B, Q, H, K]` (scores and softmax in float32)."""
-    dt = self.cfg.compute_dtype
-    scores = (jnp.einsum("bqhk,bshk->bhqs", q_BxQxHxK, k_BxTxHxK)
-              / jnp.asarray(math.sqrt(self.cfg.head_dim), dt))
-    scores = jnp.where(mask_BxQxT[:, None], scores.astype(jnp.float32), -1e30)
-    probs = jax.nn.softmax(scores, axis=-1).astype(dt)
+    probs = self.softmax_scores(q_BxQxHxK, k_BxTxHxK, mask_BxQxT).astype(self.cfg.compute_dtype)
     return jnp.einsum("bhqs,bshk->bqhk", probs, v_BxTxHxK)
 
 
@@ -300,6 +335,25 @@ class Decoder(nnx.Module):
     self._residual(tokens_BxT, segment_ids_BxT, None, out)
     return out
 
+  def attention_probs(self, tokens_BxT, segment_ids_BxT=None):
+    """Every block's attention weights: a list of `num_layers` arrays `[B, H, T, T]` (query,
+    key), float32, each from that block's input (the residual stream of `hidden_states`)."""
+    states = self.hidden_states(tokens_BxT, segment_ids_BxT)
+    mask = self._mask(tokens_BxT, segment_ids_BxT)
+    return [block.attn.probs(block.ln1(x), mask) for block, x in zip(self.blocks, states)]
+
+  def _mask(self, tokens_BxT, segment_ids_BxT):
+    """`[B or 1, T, T]` bool: which key each query may attend to (causal, document)."""
+    t = tokens_BxT.shape[1]
+    mask_BxTxT = (jnp.tril(jnp.ones((t, t), dtype=bool)) if self.cfg.causal
+                  else jnp.ones((t, t), dtype=bool))[None]
+    if self.cfg.doc_mask:
+      if segment_ids_BxT is None:
+        raise ValueError("model.doc_mask=True needs segment_ids")
+      same = segment_ids_BxT[:, :, None] == segment_ids_BxT[:, None, :]
+      mask_BxTxT = jnp.logical_and(mask_BxTxT, same)
+    return mask_BxTxT
+
   def _residual(self, tokens_BxT, segment_ids_BxT, positions_P, states=None):
     cfg = self.cfg
     _, t = tokens_BxT.shape
@@ -308,13 +362,7 @@ class Decoder(nnx.Module):
     x = self.embed(tokens_BxT)
     if cfg.position == "learned":
       x = x + self.pos_embed[...][None, :t]
-    mask_BxTxT = (jnp.tril(jnp.ones((t, t), dtype=bool)) if cfg.causal
-                  else jnp.ones((t, t), dtype=bool))[None]
-    if cfg.doc_mask:
-      if segment_ids_BxT is None:
-        raise ValueError("model.doc_mask=True needs segment_ids")
-      same = segment_ids_BxT[:, :, None] == segment_ids_BxT[:, None, :]
-      mask_BxTxT = jnp.logical_and(mask_BxTxT, same)
+    mask_BxTxT = self._mask(tokens_BxT, segment_ids_BxT)
     if states is not None:
       states.append(x)
     for i, block in enumerate(self.blocks):
@@ -381,3 +429,13 @@ def features(graphdef, params, tokens_BxT, segment_ids_BxT=None, layer=None):
 def num_params(params):
   """Number of scalars in a pytree of arrays or ShapeDtypeStructs (shapes only)."""
   return sum(int(np.prod(np.shape(x), dtype=np.int64)) for x in jax.tree.leaves(params))
+
+
+def attention_probs(graphdef, params, tokens_BxT, segment_ids_BxT=None):
+  """Pure per-block attention weights: a list of `num_layers` arrays `[B, H, T, T]` (query,
+  key) of the transformer (`Decoder.attention_probs`)."""
+  model = nnx.merge(graphdef, params)
+  if not isinstance(model, Decoder):
+    raise ValueError(f"attention weights are the transformer's (preset 'encoder' / 'gpt2' / "
+                     f"...), not {type(model).__name__}'s")
+  return model.attention_probs(tokens_BxT, segment_ids_BxT)

@@ -26,10 +26,12 @@ import json
 import os
 
 import jax
+import ml_collections
 import numpy as np
 import optax
 
 from el_jax import checkpoint
+from el_jax import config as config_lib
 from el_jax.data import downstream
 from el_jax.data import mlm_data
 from el_jax import flatness
@@ -277,6 +279,24 @@ class Measurer:
         row["fine_tune_random_init"] = {str(seed): r[name] for seed, r in ft.items()}
       out[name] = row
     return out
+
+
+def encoder_run_config(workdir, need):
+  """The config (a ConfigDict) of a finished MLM pre-training workdir of the transformer
+  encoder, for scripts that read its checkpoints (`need`: what they read, for the error); a
+  workdir without config.json, or of another task or preset, is a ValueError saying what to
+  give."""
+  stored = config_lib.stored_config(workdir)
+  if stored is None:
+    raise ValueError(f"--workdir={workdir!r} holds no config.json: give a finished MLM "
+                     f"pre-training workdir (experiments/mlm_flatness.py leaves them under "
+                     f"its --runs)")
+  cfg = ml_collections.ConfigDict(stored)
+  if cfg.get("task") != "mlm" or cfg.model.get("preset") != "encoder":
+    raise ValueError(f"{workdir}: task {cfg.get('task')!r}, model.preset "
+                     f"{cfg.model.get('preset')!r}; {need} need an MLM run of the "
+                     f"transformer encoder (preset 'encoder')")
+  return cfg
 
 
 def eval_row(workdir, seed, step, keys=EVAL_KEYS):

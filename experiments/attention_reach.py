@@ -32,12 +32,10 @@ import sys
 import time
 
 import jax
-import ml_collections
 import numpy as np
 
 from el_jax import checkpoint
 from el_jax import cli
-from el_jax import config as config_lib
 from el_jax import mlm_measure
 from el_jax import provenance
 from el_jax import workdir as wd
@@ -53,15 +51,13 @@ def reach(graphdef, params, inputs_NxT, segment_ids_NxT, lengths_N, mask_pos_N, 
   fn = jax.jit(lambda p, x, s: decoder.attention_probs(graphdef, p, x, s))
   n = len(inputs_NxT)
   rows = np.arange(n)
-  per_block = None
+  chunks = []  # per batch: per block the masked queries' weights [b, H, T]
   for a in range(0, n, batch):
     e = min(a + batch, n)
     probs = fn(params, inputs_NxT[a:e], segment_ids_NxT[a:e])
-    at = [np.asarray(p)[np.arange(e - a), :, mask_pos_N[a:e], :] for p in probs]  # [b, H, T]
-    per_block = [at_k if per_block is None else np.concatenate([per_block[k], at_k])
-                 for k, at_k in enumerate(at)]
+    chunks.append([np.asarray(p)[np.arange(e - a), :, mask_pos_N[a:e], :] for p in probs])
   out = []
-  for w_NxHxT in per_block:
+  for w_NxHxT in (np.concatenate(ws) for ws in zip(*chunks)):
     by_offset, neighbour = {}, np.zeros(w_NxHxT.shape[:2])
     for d in OFFSETS:
       key = mask_pos_N + d
@@ -108,16 +104,7 @@ def main(argv=None):
   seeds = cli.seed_list(args.seeds)
   if args.sentences < 1:
     raise ValueError(f"--sentences={args.sentences} must be >= 1")
-  stored = config_lib.stored_config(args.workdir)
-  if stored is None:
-    raise ValueError(f"--workdir={args.workdir!r} holds no config.json: give a finished MLM "
-                     f"pre-training workdir (experiments/mlm_flatness.py leaves them under "
-                     f"its --runs)")
-  cfg = ml_collections.ConfigDict(stored)
-  if cfg.get("task") != "mlm" or cfg.model.preset != "encoder":
-    raise ValueError(f"{args.workdir}: task {cfg.get('task')!r}, model.preset "
-                     f"{cfg.model.get('preset')!r}; attention weights need an MLM run of the "
-                     f"transformer encoder (preset 'encoder')")
+  cfg = mlm_measure.encoder_run_config(args.workdir, "attention weights")
   t0 = time.time()
   setup = Setup(cfg)
   trainer = Trainer(setup)

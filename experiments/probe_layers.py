@@ -26,10 +26,7 @@ import os
 import sys
 import time
 
-import ml_collections
-
 from el_jax import cli
-from el_jax import config as config_lib
 from el_jax import mlm_measure
 from el_jax import probe
 from el_jax import provenance
@@ -83,15 +80,7 @@ def main(argv=None):
   args = ap.parse_args(argv)
   seeds = cli.seed_list(args.seeds)
   mlm_measure.check_probe_flags(args.probe_lrs, args.probe_normalizations)  # before training
-  stored = config_lib.stored_config(args.workdir)
-  if stored is None:
-    raise ValueError(f"--workdir={args.workdir!r} holds no config.json: give a finished MLM "
-                     f"pre-training workdir (experiments/mlm_flatness.py --figure=training "
-                     f"leaves <runs>/<language>_adamw)")
-  cfg = ml_collections.ConfigDict(stored)
-  if cfg.model.preset != "encoder":
-    raise ValueError(f"model.preset={cfg.model.preset!r} in {args.workdir}: per-layer states "
-                     f"are the transformer encoder's")
+  cfg = mlm_measure.encoder_run_config(args.workdir, "per-layer states")
   tasks = args.tasks or {"hmm": "10", "pcfg": "C"}[args.language]
   settings = mlm_measure.Settings(
       tasks=tasks, probe_train=args.probe_train, probe_valid=args.probe_valid,

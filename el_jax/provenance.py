@@ -26,45 +26,39 @@ ISA_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx
              "avx_vnni")
 
 
-def cpu_model():
-  """(model name, the ISA_FLAGS this CPU has) from /proc/cpuinfo (platform.processor() else)."""
-  name, flags = "", set()
+def _cpuinfo():
+  """The first processor's block of /proc/cpuinfo as {key: value} ({} where there is none)."""
+  fields = {}
   try:
     with open("/proc/cpuinfo") as f:
       for line in f:
+        if not line.strip():
+          if fields:
+            break
+          continue
         key, _, val = line.partition(":")
-        key = key.strip()
-        if key == "model name" and not name:
-          name = val.strip()
-        elif key == "flags" and not flags:
-          flags = set(val.split())
-        if name and flags:
-          break
+        fields.setdefault(key.strip(), val.strip())
   except OSError:
     pass
-  return name or platform_lib.processor() or platform_lib.machine(), \
+  return fields
+
+
+def cpu_model():
+  """(model name, the ISA_FLAGS this CPU has) from /proc/cpuinfo (platform.processor() else)."""
+  info = _cpuinfo()
+  flags = set(info.get("flags", "").split())
+  return info.get("model name") or platform_lib.processor() or platform_lib.machine(), \
       [f for f in ISA_FLAGS if f in flags]
 
 
 def cpu_id():
   """"<vendor> family F model M stepping S" from /proc/cpuinfo ("" where it has none): tells
   apart CPUs whose model name is the same (a guest's "AMD EPYC" is Zen 4 or Zen 5 by family)."""
-  fields = {}
-  try:
-    with open("/proc/cpuinfo") as f:
-      for line in f:
-        key, _, val = line.partition(":")
-        key = key.strip()
-        if key in ("vendor_id", "cpu family", "model", "stepping") and key not in fields:
-          fields[key] = val.strip()
-        if not line.strip() and fields:  # the first processor's block is enough
-          break
-  except OSError:
+  info = _cpuinfo()
+  if "cpu family" not in info:
     return ""
-  if "cpu family" not in fields:
-    return ""
-  return (f"{fields.get('vendor_id', '?')} family {fields['cpu family']} model "
-          f"{fields.get('model', '?')} stepping {fields.get('stepping', '?')}")
+  return (f"{info.get('vendor_id', '?')} family {info['cpu family']} model "
+          f"{info.get('model', '?')} stepping {info.get('stepping', '?')}")
 
 
 def _version(module_name):

@@ -1115,17 +1115,17 @@ def _mlm_training(R, language, optimizer="sgd"):
   d, key, shown = _mlm_cont(R, language, optimizer)
   out = []
   several = len({p.get("seed", 0) for p in d["points"]}) > 1  # --seeds: a row per model seed
+  tasks = list(d["points"][0]["probe"])  # --tasks: a probe column each
   for p in d["points"]:
-    (task, pr), = p["probe"].items()
     x = p[f"{key}_step"]
     step = f"{x} (seed {p['seed']})" if several else str(x)
     out.append([step, f(p["valid_mlm_loss"], 4), f(p["valid_gap"], 4),
                 f"{p['trace_b1']:.1f} ({p['trace_b1_std']:.1f})",
-                f"{p['trace_hutchinson']:.1f} ({p['trace_hutchinson_stderr']:.1f})",
-                f"{100 * pr['test_acc_mean']:.2f} ({100 * pr['test_acc_std']:.2f})"])
-  (task, _), = d["points"][0]["probe"].items()
+                f"{p['trace_hutchinson']:.1f} ({p['trace_hutchinson_stderr']:.1f})"]
+               + [_acc_cell(p["probe"][task]) for task in tasks])
   return md([f"{shown} step", "valid MLM loss", "gap to optimum", "Tr(H) B.1 (std, 5 reps)",
-             "Tr(H) Hutchinson (stderr)", f"task {task} probe test acc % (std, 5 seeds)"], out)
+             "Tr(H) Hutchinson (stderr)"]
+            + [f"task {task} probe test acc % (std, 5 seeds)" for task in tasks], out)
 
 
 def mlm_paired(d, key):
@@ -1294,7 +1294,11 @@ def _mlm_sanity(R, rel):
     return ("*No sanity rows* (majority class, Bayes, lookup table, random init: "
             f"`results/{MLM}/{rel}` was written before `el_jax.mlm_measure.Measurer.sanity` "
             "existed; re-running its command adds them).")
-  (task, s), = d["sanity"].items()
+  return "\n\n".join(_mlm_sanity_task(d, task, s) for task, s in d["sanity"].items())
+
+
+def _mlm_sanity_task(d, task, s):
+  """_mlm_sanity's table for one downstream task (`s`: its sanity entry)."""
   bayes = ("Bayes: posterior of the hidden state (forward-backward)" if d["language"] == "hmm"
            else "Bayes: the inside algorithm (the label is its argmax)")
 

@@ -46,6 +46,7 @@ DEFAULTS = {"loss.reduction": "mean", "train.cpu_dots": "xla", "data.pipeline": 
 
 
 def flatten(d, prefix=""):
+  """el_jax.config.flatten without importing el_jax.config (which imports JAX; this reads JSON)."""
   out = {}
   for k, v in d.items():
     if isinstance(v, dict):

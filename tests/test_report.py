@@ -320,7 +320,8 @@ def test_the_lstm_6000_step_paragraph_says_what_its_floor_allows():
   # the README's index row says the p sits at its floor
   readme = open(os.path.join(ROOT, report.README)).read()
   row = next(l for l in readme.splitlines() if "the paper's LSTM on the same HMM" in l)
-  assert "p at its floor" in row and c["p_value"] == pytest.approx(c["p_floor"])
+  assert f"p {report.pval(c['p_value'])} = floor" in row
+  assert c["p_value"] == pytest.approx(c["p_floor"])
 
 
 def test_p_values_at_their_floor_say_so():
@@ -393,6 +394,36 @@ def test_the_sanity_table_shows_every_row_and_says_when_a_file_has_none(tmp_path
   (tmp_path / report.RESULTS / "mlm_flatness" / "x.json").write_text(json.dumps(doc))
   assert report.TABLES["mlm_sanity"](report.Results(str(tmp_path)), "x.json").startswith(
       "*No sanity rows*")
+
+
+def test_probe_tables_show_every_task_of_a_file(tmp_path):
+  """--tasks=10,6: mlm_training gives a probe column per task and mlm_sanity a table per task,
+  each with that task's numbers (not the first task's twice)."""
+  def res(acc):
+    return {"test_acc_mean": acc, "test_acc_std": 0.01}
+
+  def point(seed, step):
+    return {"seed": seed, "sgd_step": step, "valid_mlm_loss": 3.3, "valid_gap": 0.2,
+            "trace_b1": 40.0, "trace_b1_std": 1.0, "trace_hutchinson": 41.0,
+            "trace_hutchinson_stderr": 2.0,
+            "probe": {"10": res(0.5 + step / 100), "6": res(0.3 + step / 100)}}
+  sanity = {t: {"num_test": 4000, "majority": 0.01, "bayes": b, "lookup_table": res(b - 0.1),
+                "random_init": {"0": res(b - 0.4)}} for t, b in (("10", 0.8), ("6", 0.7))}
+  doc = {"figure": "training", "language": "hmm", "points": [point(0, 0), point(0, 4)],
+         "sanity": sanity, "comparison": {}}
+  (tmp_path / report.RESULTS / "mlm_flatness").mkdir(parents=True)
+  (tmp_path / report.RESULTS / "mlm_flatness" / "x.json").write_text(json.dumps(doc))
+  R = report.Results(str(tmp_path))
+  training = report.TABLES["mlm_training"](R, "x.json").splitlines()
+  assert training[0].endswith("| task 10 probe test acc % (std, 5 seeds) | "
+                              "task 6 probe test acc % (std, 5 seeds) |")
+  assert training[3].endswith("| 54.00 (1.00) | 34.00 (1.00) |")
+  tables = report.TABLES["mlm_sanity"](R, "x.json").split("\n\n")
+  assert [tb.splitlines()[0].split(" | ")[0] for tb in tables] == [
+      "| task-10, 4000 test examples", "| task-6, 4000 test examples"]
+  assert "| Bayes: posterior of the hidden state (forward-backward) | 70.00 |" in tables[1]
+  assert "| trained (model seed 0, step 4) probe | 34.00 (1.00) |" in tables[1]
+  assert "| trained (model seed 0, step 4) probe | 54.00 (1.00) |" in tables[0]
 
 
 def test_the_pcfg_probe_sentences_hold_for_every_model():
@@ -491,6 +522,40 @@ def test_the_hmm_continuation_sentences_hold():
     assert s["bayes"] - c["mean_a"] > 0.04, name
   text = " ".join(open(os.path.join(DOCS, "seed002_flatness.md")).read().split())
   assert text.count("near the block alone's") >= 2 and text.count("far below the Bayes") >= 2
+
+
+def test_the_init_0_1_continuation_sentences_hold():
+  """The seed-002 page's reading of the init-0.1 encoders' continuations, from the committed
+  JSON: SGD "the loss stays where AdamW left it" (mean valid loss within 0.005 nats of its
+  start) and "Tr(H) does not move" (B.1's Holm p above 0.05, up in at most 4 of 6); AdamW "the
+  loss falls a little" (by less than 0.02 nats) and "Tr(H) rises in every model" (6 of 6 up,
+  Holm p above 0.05: "not significant after the correction"), "the probes move by less than
+  half a point" (the README row: "probes move < 0.5 points", both arms); and every continued model's probe above its random init on both tasks."""
+  res = os.path.join(ROOT, report.RESULTS, "mlm_flatness")
+  text = " ".join(open(os.path.join(DOCS, "seed002_flatness.md")).read().split())
+  files = {"sgd": ("sharp_init0.1_sgd/training_hmm_sharp.json", "sgd_step"),
+           "adamw": ("sharp_init0.1_adamw/training_adamw_hmm_sharp.json", "adamw_cont_step")}
+  got = {}
+  for arm, (rel, key) in files.items():
+    d = json.load(open(os.path.join(res, rel)))
+    first, last = d["comparison"]["valid_mlm_loss"]
+    tests = report.mlm_paired(d, key)["tests"]
+    got[arm] = (last - first, tests)
+    for task in ("10", "6"):
+      c = d["comparison"]["vs_random_init"][task]
+      assert c["trained_above_random_in"] == c["n"] == 6, (rel, task)
+  change, tests = got["sgd"]
+  assert abs(change) < 0.005 and tests["trace_b1"]["p_holm"] > 0.05
+  assert tests["trace_b1"]["n_up"] <= 4
+  assert all(abs(tests[f"probe {t}"]["diff"]) < 0.005 for t in ("10", "6"))  # the README row
+  assert "The loss stays where AdamW left it" in text and "Tr(H) does not move" in text
+  change, tests = got["adamw"]
+  assert -0.02 < change < 0
+  assert tests["trace_b1"]["n_up"] == 6 and tests["trace_b1"]["p_holm"] > 0.05
+  assert all(abs(tests[f"probe {t}"]["diff"]) < 0.005 for t in ("10", "6"))
+  assert "The loss falls a little" in text and "Tr(H) rises in every model" in text
+  assert "not significant after the correction" in text
+  assert "The probes move by less than half a point" in text
 
 
 def test_the_layer_by_layer_probe_sentences_hold():

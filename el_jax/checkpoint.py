@@ -6,11 +6,13 @@ state (item "data"). `restore_latest` names a damaged checkpoint and what to fal
 in one line; `load_params_from` reads the params of any run of the same model, whatever
 optimizer it used.
 """
+import atexit
 import errno
 import glob
 import os
 import re
 import shutil
+import time
 
 import jax
 import jax.numpy as jnp
@@ -70,6 +72,27 @@ def _mount_point(path):
   return path
 
 
+def _remove_partial(path, quiet_s=0.3, max_s=3.0):
+  """Removes the temporary folders of a failed save of the checkpoint at `path`. TensorStore's
+  threads may still be writing the save's other arrays (and so re-creating the folder) for a
+  moment after the save raised: removes until none has appeared for `quiet_s` (at most
+  `max_s`), and once more at exit. A folder with this suffix is never a complete checkpoint."""
+  pattern = glob.escape(path) + ".orbax-checkpoint-tmp*"
+
+  def remove():
+    found = glob.glob(pattern)
+    for tmp in found:
+      shutil.rmtree(tmp, ignore_errors=True)
+    return bool(found)
+  deadline = time.monotonic() + max_s
+  remove()
+  while time.monotonic() < deadline:
+    time.sleep(quiet_s)
+    if not remove():
+      break
+  atexit.register(remove)
+
+
 def save(mngr, step, state, data_it=None):
   """Saves `state` (and `data_it`'s state, `save_args`) as checkpoint `step` of `mngr`.
 
@@ -92,8 +115,7 @@ def save(mngr, step, state, data_it=None):
         raise
     else:
       return
-  for tmp in glob.glob(glob.escape(path) + ".orbax-checkpoint-tmp*"):
-    shutil.rmtree(tmp, ignore_errors=True)
+  _remove_partial(path)
   done = [x for x in _steps_in(os.path.dirname(directory)) if x != step]
   resume = (f"the checkpoint of step {max(done)}" if done else "the start (no checkpoint of "
             f"this seed was complete)")

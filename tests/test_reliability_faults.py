@@ -345,3 +345,24 @@ def test_launch_names_process_0_killed_by_sigkill(tmp_path):
   assert re.fullmatch(rf"error: process 0 \(pid {pid}\) of 2 was killed by SIGKILL"
                       r"(; the others were stopped)?", lines[-1]), err[-3000:]
   assert not os.path.exists(f"/proc/{others[0]}"), "process 1 outlived the launcher"
+
+
+def test_a_failed_saves_partial_folder_is_removed_even_while_writes_trail(tmp_path):
+  """After a save fails, TensorStore's threads may write the save's other arrays for a moment
+  (re-creating `<step>.orbax-checkpoint-tmp`, as the full-disk run above did under load): the
+  clean-up removes it until no write has come for a while, not once."""
+  import threading
+  from el_jax import checkpoint
+  path = str(tmp_path / "8")
+  tmp = tmp_path / "8.orbax-checkpoint-tmp"
+  tmp.mkdir()
+
+  def trailing_writes():
+    for _ in range(3):
+      time.sleep(0.1)
+      (tmp / "array").mkdir(parents=True, exist_ok=True)
+  writer = threading.Thread(target=trailing_writes)
+  writer.start()
+  checkpoint._remove_partial(path, quiet_s=0.25, max_s=3.0)
+  writer.join()
+  assert not list(tmp_path.glob("8.orbax-checkpoint-tmp*"))

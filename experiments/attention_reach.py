@@ -45,16 +45,20 @@ from el_jax.setup import Setup, Trainer
 OFFSETS = tuple(range(-3, 4))
 
 
+# decoder.attention_probs compiled once per architecture (its graphdef is static): every
+# model seed and random init of a workdir reuses it.
+_attention_probs = jax.jit(decoder.attention_probs, static_argnums=0)
+
+
 def reach(graphdef, params, inputs_NxT, segment_ids_NxT, lengths_N, mask_pos_N, batch=500):
   """Per block: {"neighbour_mass": [H], "by_offset": {d: [H]}, "uniform": float} of the
   attention weights at each row's masked query (module docstring)."""
-  fn = jax.jit(lambda p, x, s: decoder.attention_probs(graphdef, p, x, s))
   n = len(inputs_NxT)
   rows = np.arange(n)
   chunks = []  # per batch: per block the masked queries' weights [b, H, T]
   for a in range(0, n, batch):
     e = min(a + batch, n)
-    probs = fn(params, inputs_NxT[a:e], segment_ids_NxT[a:e])
+    probs = _attention_probs(graphdef, params, inputs_NxT[a:e], segment_ids_NxT[a:e])
     chunks.append([np.asarray(p)[np.arange(e - a), :, mask_pos_N[a:e], :] for p in probs])
   out = []
   for w_NxHxT in (np.concatenate(ws) for ws in zip(*chunks)):

@@ -27,6 +27,10 @@ on the block plateau where the bilstm leaves it; with model.init_std=0.1 it leav
 its early blocks reading the masked word's two neighbours (docs/results/seed002_flatness.md,
 issue 34).
 
+Adversarial pretraining (Table 1's protocol, which the paper runs on its PCFG; el_jax.adversarial):
+--config.adversarial.enabled=True adds the meta-learning term on task-10;
+experiments/adversarial_pretraining.py --language=hmm runs both arms and measures them.
+
 Expected (cpu, seed 0; measured on the shared 2-core CPU, results are deterministic):
 valid gap (mlm_loss - true_entropy) 0.013 and KL 0.012 nats after 3000 steps (1.64 at
 initialisation; test gap 0.005, KL 0.012), against 1.61 for the unigram model
@@ -57,6 +61,8 @@ def get_config(arg="cpu"):
   # blocks, 0.1 and 0.4.
   c.data.trans_concentration = 0.0  # transition rows: Dirichlet(a) in the block (0 = Uniform)
   c.data.emit_concentration = 0.0  # emission rows: Dirichlet(a) in the block (0 = Uniform)
+  # Adversarial pretraining (Table 1's protocol on the HMM; el_jax.adversarial): off by default.
+  c.adversarial = blocks.adversarial(arg, "10")  # the term on task-10 (the 10th hidden state)
   if arg == "test":  # a smaller HMM
     c.data.num_states, c.data.vocab_size, c.data.num_blocks = 20, 40, 4
   return c

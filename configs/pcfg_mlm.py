@@ -27,8 +27,6 @@ initialisation; test gap 0.244, KL 0.286), against 0.80 / 0.78 for the unigram m
 0.107 (the exact conditional's argmax: 0.132). Wall time 4 min 46 s (load average ~1.5;
 12.5 min under a load average of 6-7). `valid_gap.png` plots the valid gap and KL.
 """
-import ml_collections
-
 from el_jax.data import PCFG_GRAMMAR
 from el_jax import config_blocks as blocks
 
@@ -46,24 +44,7 @@ def get_config(arg="cpu"):
   c.data.grammar = GRAMMAR  # rule file `LHS RHS... prob` (default: the paper's, shipped in el_jax/data/resources/pcfg/)
 
   # Adversarial pretraining (Table 1; el_jax.adversarial): MLM loss - weight * D2 loss.
-  c.adversarial = ml_collections.ConfigDict()
-  c.adversarial.enabled = False  # add the meta-learning term (False = plain MLM pretraining)
-  c.adversarial.weight = 1.0  # weight of the D2 squared loss subtracted from the MLM loss (>= 0)
-  c.adversarial.ridge = 8000.0  # ridge of the closed-form head on D1 (> 0; raw probe features)
-  c.adversarial.d1_size = 256  # |D1|: downstream training examples the head is fitted on per step
-  c.adversarial.d2_size = 256  # |D2|: disjoint examples whose squared loss is maximised per step
-  c.adversarial.task = "A"  # downstream task of the term: "A" | "B"
-  c.adversarial.num_train = 80_000  # downstream training set D1, D2 are drawn from (pcfg_task)
-  c.adversarial.data_seed = 0  # seed of that training set and of the D1 / D2 draws
-  if arg == "cpu":
-    c.adversarial.weight = 0.3  # experiments/adversarial_pretraining.py chooses it on valid
-    c.adversarial.ridge = 1000.0  # ~0.7 x the mean squared feature norm at init (16 x 128)
-    c.adversarial.d1_size, c.adversarial.d2_size = 32, 16
-    c.adversarial.num_train = 4000  # the probe's training set in the experiments
-  elif arg == "test":
-    c.adversarial.ridge = 10.0
-    c.adversarial.d1_size, c.adversarial.d2_size = 8, 8
-    c.adversarial.num_train = 64
+  c.adversarial = blocks.adversarial(arg, "A")  # off unless adversarial.enabled; term on task A
   return c
 
 

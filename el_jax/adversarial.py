@@ -33,7 +33,8 @@ contain this algorithm, so what the text leaves open is our choice:
     run sees the subsets an uninterrupted one would; the same sequence serves
     every model seed.
   * the downstream training set: `el_jax.data.downstream.pcfg_task(task,
-    num_train=adversarial.num_train, seed=adversarial.data_seed)`, the split
+    num_train=adversarial.num_train, seed=adversarial.data_seed)` (on the
+    HMM, `hmm_task(int(task), ...)`: task-k, the k-th hidden state), the split
     a probe with the same arguments trains on (its train split does not
     depend on the valid / test sizes).
 
@@ -58,6 +59,16 @@ from el_jax.models import decoder
 from el_jax import step as step_lib
 
 TASKS = ("A", "B")  # the PCFG downstream tasks of Table 1
+LANGUAGES = ("pcfg", "hmm")  # languages with downstream tasks (the HMM's: task-k, k = 1..length)
+
+
+def tasks_of(data):
+  """The downstream tasks the term can use on `config.data` (() for a language without)."""
+  if data.get("language") == "pcfg":
+    return TASKS
+  if data.get("language") == "hmm":
+    return tuple(str(k) for k in range(1, int(data.get("length", 16)) + 1))
+  return ()
 
 
 # ----------------------------------------------------------------------------
@@ -95,9 +106,16 @@ def validate_config(config):
     raise ValueError(f"adversarial.enabled={a.get('enabled')!r} must be True or False")
   _number("weight", a.get("weight"), positive=False)
   _number("ridge", a.get("ridge"), positive=True)
-  if a.get("task") not in TASKS:
-    raise ValueError(f"adversarial.task={a.get('task')!r}; allowed: {TASKS} (the PCFG "
-                     f"downstream tasks)")
+  lang = config.data.get("language")
+  if a.enabled and lang not in LANGUAGES:
+    raise ValueError(f"adversarial.enabled needs data.language 'pcfg' or 'hmm' (the languages "
+                     f"with downstream tasks), got {lang!r}")
+  allowed = tasks_of(config.data)
+  if allowed and a.get("task") not in allowed:
+    shown = (f"{allowed} (the PCFG downstream tasks)" if lang == "pcfg" else
+             f"'1'..'{allowed[-1]}' (HMM task-k: the k-th hidden state, k <= data.length)")
+    raise ValueError(f"adversarial.task={a.get('task')!r}; allowed for data.language={lang!r}: "
+                     f"{shown}")
   d1, d2 = _int("d1_size", a.get("d1_size"), 1), _int("d2_size", a.get("d2_size"), 1)
   n = _int("num_train", a.get("num_train"), 2)
   _int("data_seed", a.get("data_seed"), 0)
@@ -105,9 +123,6 @@ def validate_config(config):
     raise ValueError(f"adversarial.d1_size + d2_size = {d1} + {d2} = {d1 + d2} exceeds the "
                      f"downstream training set (adversarial.num_train={n}); D1 and D2 are "
                      f"disjoint subsets of it")
-  if a.enabled and config.data.get("language") != "pcfg":
-    raise ValueError(f"adversarial.enabled needs data.language='pcfg' (tasks {TASKS} are PCFG "
-                     f"tasks), got {config.data.get('language')!r}")
 
 
 # ----------------------------------------------------------------------------
@@ -199,11 +214,16 @@ def adversarial_train_step(graphdef, loss_fn, tx, groups, state, batch, position
 
 
 def downstream_data(config, language, seq_len, num_valid=1, num_test=1, cache=False):
-  """The downstream task of `config.adversarial` (`downstream.pcfg_task`); its train split
-  is the adversary's training set, whatever `num_valid` / `num_test`."""
+  """The downstream task of `config.adversarial` (`downstream.pcfg_task`, or on the HMM
+  `downstream.hmm_task` of the hidden state at position int(task)); its train split is the
+  adversary's training set, whatever `num_valid` / `num_test`."""
   a = config.adversarial
-  return downstream.pcfg_task(language, a.task, num_train=a.num_train, num_valid=num_valid,
-                              num_test=num_test, seed=a.data_seed, seq_len=seq_len, cache=cache)
+  kw = dict(num_train=a.num_train, num_valid=num_valid, num_test=num_test, seed=a.data_seed,
+            cache=cache)
+  if config.data.language == "hmm":
+    return downstream.hmm_task(language, int(a.task), length=int(config.data.length),
+                               seq_len=seq_len, **kw)
+  return downstream.pcfg_task(language, a.task, seq_len=seq_len, **kw)
 
 
 def make_step_fn(task):

@@ -119,6 +119,31 @@ def flatness():
   return c
 
 
+def adversarial(arg, task):
+  """The `adversarial` block of seed 002's adversarial pretraining (Table 1; el_jax.adversarial):
+  MLM loss - weight * D2 loss, off by default; `task` the downstream task of the term ("A" on the
+  PCFG, "10" on the HMM), `arg` the variant."""
+  c = ml_collections.ConfigDict()
+  c.enabled = False  # add the meta-learning term (False = plain MLM pretraining)
+  c.weight = 1.0  # weight of the D2 squared loss subtracted from the MLM loss (>= 0)
+  c.ridge = 8000.0  # ridge of the closed-form head on D1 (> 0; raw probe features)
+  c.d1_size = 256  # |D1|: downstream training examples the head is fitted on per step
+  c.d2_size = 256  # |D2|: disjoint examples whose squared loss is maximised per step
+  c.task = task  # downstream task of the term: PCFG "A" | "B"; HMM "1".."data.length" (task-k)
+  c.num_train = 80_000  # downstream training set D1, D2 are drawn from (downstream.pcfg_task / hmm_task)
+  c.data_seed = 0  # seed of that training set and of the D1 / D2 draws
+  if arg == "cpu":
+    c.weight = 0.3  # experiments/adversarial_pretraining.py chooses it on valid
+    c.ridge = 1000.0  # ~0.7 x the mean squared feature norm at init (PCFG cpu encoder, 16 x 128)
+    c.d1_size, c.d2_size = 32, 16
+    c.num_train = 4000  # the probe's training set in the experiments
+  elif arg == "test":
+    c.ridge = 10.0
+    c.d1_size, c.d2_size = 8, 8
+    c.num_train = 64
+  return c
+
+
 def mlm(arg, language, *, num_layers, num_heads, embed_dim, mlp_dim):
   """The whole config of masked-LM pretraining on a synthetic language (seed 002; the `mlm`
   task), `paper` / `cpu` / `test` variant `arg`, with the paper-size model given; the

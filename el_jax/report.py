@@ -1383,33 +1383,90 @@ def _probe_layers(R, language):
 
 # --- seed 002: adversarial pretraining (Tables 1-2) ---------------------------------
 
-ADV = "adversarial_pretraining/table.json"
+ADV = "adversarial_pretraining/table.json"  # the PCFG's (the paper's language); the tables
+# take another file of experiments/adversarial_pretraining.py as their argument (e.g. the HMM's)
+
+
+def _adv_tasks(d):
+  """The probe tasks of an adversarial table file ("A", "B" in files written before --tasks)
+  and how a task is named on the page."""
+  tasks = d.get("tasks", ["A", "B"])
+  hmm = d.get("language", "pcfg") == "hmm"
+  return tasks, (lambda t: f"task-{t}" if hmm else f"task {t}")
 
 
 @table("adversarial_sanity")
-def _adversarial_sanity(R):
+def _adversarial_sanity(R, rel=ADV):
   """Tables 1-2's sanity rows (issue 34): per task the majority class, the Bayes classifier
-  (1: the label is the inside algorithm's argmax) and the probe on the random init of every
-  model seed, beside the lookup table's and the trained models' probes in the table above."""
-  d = R.load(ADV)
+  (PCFG: the inside algorithm's argmax is the label, so 1; HMM: the hidden state's posterior),
+  on the HMM the block alone, and the probe on the random init of every model seed, beside the
+  lookup table's and the trained models' probes in the table above."""
+  d = R.load(rel)
   if "sanity" not in d:
     return ("*No sanity rows* (majority class, Bayes, random init: "
-            f"`results/{ADV}` was written before `el_jax.mlm_measure.Measurer.sanity` existed; "
+            f"`results/{rel}` was written before `el_jax.mlm_measure.Measurer.sanity` existed; "
             "re-running its command adds them).")
+  _, name = _adv_tasks(d)
+  bayes = ("Bayes (posterior of the hidden state)" if d.get("language") == "hmm"
+           else "Bayes (the inside algorithm)")
   rows = []
   for task, s in d["sanity"].items():
-    rows += [[f"task {task}: majority class", f"{100 * s['majority']:.2f}", "-"],
-             [f"task {task}: Bayes (the inside algorithm)", f"{100 * s['bayes']:.2f}", "-"]]
+    rows.append([f"{name(task)}: majority class", f"{100 * s['majority']:.2f}", "-"])
+    if "block_majority" in s:
+      rows.append([f"{name(task)}: the block alone (its majority state)",
+                   f"{100 * s['block_majority']:.2f}", "-"])
+    rows.append([f"{name(task)}: {bayes}", f"{100 * s['bayes']:.2f}", "-"])
     for k, r in s["random_init"].items():
-      rows.append([f"task {task}: random init (model seed {k}) probe", _acc_cell(r), _chosen(r)])
+      rows.append([f"{name(task)}: random init (model seed {k}) probe", _acc_cell(r),
+                   _chosen(r)])
   return md(["row", "test acc % (std over seeds)", "probe settings (chosen on valid)"], rows)
 
 
+def adversarial_vs_random(d):
+  """{(arm, task): stats.paired_compare(trained, random init)} over the model seeds of an
+  adversarial table file: each pre-trained model's probe (mean over its probe seeds) against
+  the probe on its own seed's random initialisation (the sanity rows), a sign flip over the
+  pairs, Holm over every arm and task; `trained_above_random_in` counts the pairs."""
+  tasks, _ = _adv_tasks(d)
+  out = {}
+  for arm in ("adamw", "adamw_matched", "adversarial"):
+    seeds = list(d["models"][arm]["seeds"])
+    for t in tasks:
+      trained = [d["models"][arm]["seeds"][k]["probe"][t]["test_acc_mean"] for k in seeds]
+      random = [d["sanity"][t]["random_init"][k]["test_acc_mean"] for k in seeds]
+      c = stats.paired_compare(trained, random)
+      c["trained_above_random_in"] = sum(a > b for a, b in zip(trained, random))
+      out[arm, t] = c
+  for c, q in zip(out.values(), stats.holm([c["p_value"] for c in out.values()])):
+    c["p_holm"] = q
+  return out
+
+
+@table("adversarial_vs_random_init")
+def _adversarial_vs_random_init(R, rel=ADV):
+  """Every arm's probe against its models' random inits (`adversarial_vs_random`): a trained
+  model's probe is evidence about what pre-training learned only where it beats this."""
+  d = R.load(rel)
+  if "sanity" not in d:
+    return f"*No random-init rows in `results/{rel}`.*"
+  _, name_of = _adv_tasks(d)
+  names = {"adamw": "AdamW, final", "adamw_matched": "AdamW at equal loss",
+           "adversarial": "adversarial"}
+  cs = adversarial_vs_random(d)
+  rows = [[names[arm], name_of(t), f"{100 * c['mean_b']:.2f} -> {100 * c['mean_a']:.2f}",
+           f"{100 * c['diff']:+.2f}", f"{c['trained_above_random_in']} of {c['n']}", p_note(c),
+           p_note(c, "p_holm", len(cs))] for (arm, t), c in cs.items()]
+  return md(["arm", "task", "random init -> trained probe %", "difference (points)",
+             "trained above its random init in", "p (pairs: sign flip)",
+             f"Holm p (over the {len(cs)})"], rows)
+
+
 @table("adversarial_table")
-def _adversarial_table(R):
+def _adversarial_table(R, rel=ADV):
   """One row per pre-trained model (arm, model seed), then each arm's mean (std) over its
-  models; the lookup table and the paper's rows."""
-  d = R.load(ADV)
+  models; the lookup table and (PCFG) the paper's rows."""
+  d = R.load(rel)
+  tasks, name_of = _adv_tasks(d)
   m = d["models"]
   arms = {"adamw": "AdamW, final", "adamw_matched": "AdamW at equal loss",
           "adversarial": f"adversarial (weight {d['adversarial']['weight']:g})"}
@@ -1421,8 +1478,9 @@ def _adversarial_table(R):
   for k, name in arms.items():
     for seed, x in m[k]["seeds"].items():
       out.append([f"{name}, seed {seed} (step {x['step']})",
-                  f"{f(x['valid_mlm_loss'])} ({f(x['valid_gap'])})", probe(x, "A"),
-                  probe(x, "B"), f"{x['trace_b1']:.0f} +- {x['trace_b1_std']:.0f}",
+                  f"{f(x['valid_mlm_loss'])} ({f(x['valid_gap'])})",
+                  *[probe(x, t) for t in tasks],
+                  f"{x['trace_b1']:.0f} +- {x['trace_b1_std']:.0f}",
                   f"{x['trace_hutchinson']:.0f} +- {x['trace_hutchinson_stderr']:.0f}"])
   n = len(d["seeds"])
   for k, name in arms.items():
@@ -1434,37 +1492,44 @@ def _adversarial_table(R):
               (f" ({scale * sd:.{dg}f})" if sd is not None else ""))
     out.append([f"**{name}: mean (std) over {n} models**",
                 f"{f(a['valid_mlm_loss']['mean'])} ({f(a['valid_gap']['mean'])})",
-                ms("probe_A", 100), ms("probe_B", 100), ms("trace_b1", dg=0),
+                *[ms(f"probe_{t}", 100) for t in tasks], ms("trace_b1", dg=0),
                 ms("trace_hutchinson", dg=0)])
   x = d["lookup_table"]
-  out.append(["lookup table", f"{f(x['valid_mlm_loss'])} (optimum)", probe(x, "A"),
-              probe(x, "B"), "-", "-"])
-  for k, label in (("adamw", "paper (235M BERT): AdamW"), ("adversarial", "paper: adversarial"),
-                   ("lookup", "paper: lookup table")):
-    t2 = PAPER.get(f"s002.t2.{k}.trace")
-    out.append([label, PAPER[f"s002.t1.{k}.loss"][0], PAPER[f"s002.t1.{k}.A"][0],
-                PAPER[f"s002.t1.{k}.B"][0], t2[0] if t2 else "-", "-"])
-  return md(["model", "valid MLM loss (gap)", "task A % (+- std over probe seeds)", "task B %",
+  out.append(["lookup table", f"{f(x['valid_mlm_loss'])} (optimum)",
+              *[probe(x, t) for t in tasks], "-", "-"])
+  if d.get("language", "pcfg") == "pcfg":  # the paper's Table 1 is on its PCFG
+    for k, label in (("adamw", "paper (235M BERT): AdamW"), ("adversarial", "paper: adversarial"),
+                     ("lookup", "paper: lookup table")):
+      t2 = PAPER.get(f"s002.t2.{k}.trace")
+      out.append([label, PAPER[f"s002.t1.{k}.loss"][0], PAPER[f"s002.t1.{k}.A"][0],
+                  PAPER[f"s002.t1.{k}.B"][0], t2[0] if t2 else "-", "-"])
+  heads = [f"{name_of(t)} %" for t in tasks]
+  heads[0] = heads[0] + " (+- std over probe seeds)"
+  return md(["model", "valid MLM loss (gap)", *heads,
              "Tr(H) B.1 (+- std over reps)", "Tr(H) Hutchinson (+- stderr)"], out)
 
 
 @table("adversarial_comparisons")
-def _adversarial_comparisons(R):
+def _adversarial_comparisons(R, rel=ADV):
   """Adversarial vs the final AdamW model and vs its checkpoint at equal loss: over the model
   seeds (paired by seed, sign flip) when several ran, else over one pair's probe seeds."""
-  d = R.load(ADV)["comparisons"]
+  doc = R.load(rel)
+  tasks, name_of = _adv_tasks(doc)
+  d = doc["comparisons"]
+  keys = [f"probe_{t}" for t in tasks] + ["trace_b1"]
+  m = len(d) * len(keys)  # the Holm family: every p-value of the table
   out = []
   for name, c in d.items():
     ref = "AdamW at equal loss" if name.endswith("matched") else "final AdamW"
-    for k in ("probe_A", "probe_B", "trace_b1"):
+    for k in keys:
       x = c[k]
       s = 100 if k.startswith("probe") else 1
       dg = 1 if k.startswith("probe") else 0
       paired = x.get("test") == "paired sign flip"
       units = (f"{x['n_up']} up, {x['n_down']} down" if paired else f"{x['n_a']} vs {x['n_b']}")
-      out.append([f"adversarial vs {ref}", k.replace("probe_", "task ").replace("trace_b1",
-                                                                                "Tr(H) B.1"),
-                  f"{s * x['diff']:+.{dg}f}", units, ci_cell(x, dg, s), p_note(x), _holm(x, 6),
+      out.append([f"adversarial vs {ref}",
+                  name_of(k[6:]) if k.startswith("probe_") else "Tr(H) B.1",
+                  f"{s * x['diff']:+.{dg}f}", units, ci_cell(x, dg, s), p_note(x), _holm(x, m),
                   c.get("over", "probe seeds / Tr(H) repetitions of one pair of models")])
     out.append([f"adversarial vs {ref}", "valid MLM loss", sf(c["valid_mlm_loss_diff"]), "-",
                 "-", "-", "-", "-"])
@@ -1474,8 +1539,8 @@ def _adversarial_comparisons(R):
 
 
 @table("adversarial_pilot")
-def _adversarial_pilot(R):
-  p = R.load(ADV)["pilot"]
+def _adversarial_pilot(R, rel=ADV):
+  p = R.load(rel)["pilot"]
   rows = [[f"{t['weight']:g}" + (" (chosen)" if t["weight"] == p["chosen_weight"] else ""),
            f(t["valid_mlm_loss"], 4), sf(t["minus_normal"]), "yes" if t["within_tol"] else "no"]
           for t in p["trials"].values()]

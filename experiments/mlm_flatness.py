@@ -101,7 +101,7 @@ parameterisation (their outputs, hence loss and probe accuracy, are unchanged;
 checked).
 
 --hmm=contextual trains and probes on an HMM whose hidden states the context identifies (4
-blocks, Dirichlet(0.1) transition and Dirichlet(0.4) emission rows; `HMMS`): on the default
+blocks, Dirichlet(0.1) transition and Dirichlet(0.4) emission rows; `mlm_measure.HMMS`): on the default
 draw the context beyond the block is worth ~0.006 nats of MLM loss, so the models learn the
 block alone and no probe of them can say anything about transfer (issue 34). --hmm=sharp
 is the same with Dirichlet(0.1) emission rows: there the context is worth ~0.6 nats of MLM
@@ -151,31 +151,16 @@ PAPER = {
                  "trace": [19.8, 12.6], "probe": [40.4, 50.5]},
 }
 SIZES = "64/1/1/256,128/2/4/512,192/3/5/768,256/4/6/1024"
-# --hmm: the HMM's data overrides (configs/hmm_mlm.py). "uniform" is the default draw (Uniform(0,
-# 1) in-block weights, 5 blocks), on which the hidden state is barely identifiable: the context
-# beyond the block is worth ~0.001 nats of MLM loss and task-10's Bayes accuracy is ~10% (issue
-# 34), so no probe can tell models apart. "contextual": 4 blocks, Dirichlet(0.1) transition and
-# Dirichlet(0.4) emission rows: optimal loss ~3.77 (the paper's 3.758), context worth ~0.08
-# nats, task-10 Bayes ~46% against 26% from the word at that position alone. "sharp": the
-# same with Dirichlet(0.1) emission rows too: optimal loss ~3.1, context worth ~0.6 nats,
-# task-10 Bayes ~82% against ~10% for the block's majority state (hmm_seed 0):
-# the MLM objective itself pays for learning the states (0.08 nats did not, in 6000 AdamW
-# steps at batch 256 on the cpu model: see the CHANGELOG).
-HMMS = {"uniform": {},
-        "contextual": {"data.num_blocks": 4, "data.trans_concentration": 0.1,
-                       "data.emit_concentration": 0.4},
-        "sharp": {"data.num_blocks": 4, "data.trans_concentration": 0.1,
-                  "data.emit_concentration": 0.1}}
 
 
 def hmm_overrides(language, args):
   """The data overrides of --hmm for the HMM ({} for the PCFG)."""
-  return dict(HMMS[args.hmm]) if language == "hmm" else {}
+  return dict(mlm_measure.HMMS[args.hmm]) if language == "hmm" else {}
 
 
 def run_prefix(language, args):
-  """The run labels' prefix: the language, plus the HMM when not the default."""
-  return language + (f"_{args.hmm}" if language == "hmm" and args.hmm != "uniform" else "")
+  """The run labels' prefix (`mlm_measure.run_prefix`)."""
+  return mlm_measure.run_prefix(language, args.hmm)
 
 
 def out_stem(args):
@@ -237,7 +222,7 @@ def pilot_lr(g, language, args, seeds, base_dir, base_steps, extra):
   for lr in sorted(float(x) for x in args.sgd_lrs.split(",")):
     prefix = run_prefix(language, args)
     label = (f"{prefix}_pilot_lr{lr:g}" if opt == "sgd"
-             else f"{prefix}_{NAME[opt]}_pilot_lr{lr:g}") + pretrain_suffix(extra)
+             else f"{prefix}_{NAME[opt]}_pilot_lr{lr:g}") + mlm_measure.pretrain_suffix(extra)
     g.add(label, f"{language}_mlm", args.size,
           {**hmm_overrides(language, args), **carried_overrides(extra),
            **continue_overrides(args, base_dir, lr, args.pilot_steps, args.pilot_steps, opt)},
@@ -266,7 +251,7 @@ def figure_training(language, args, path):
   (base_row,) = g.run([base])
   base_dir, base_steps = base_row["workdir"], base_row["config"]["train"]["num_steps"]
   lr, start, trials = pilot_lr(g, language, args, seeds, base_dir, base_steps, extra)
-  cont = f"{run_prefix(language, args)}_{name}{pretrain_suffix(extra)}"
+  cont = f"{run_prefix(language, args)}_{name}{mlm_measure.pretrain_suffix(extra)}"
   g.add(cont, f"{language}_mlm", args.size,
         {**hmm_overrides(language, args), **carried_overrides(extra),
          **continue_overrides(args, base_dir, lr, args.sgd_steps, args.every, opt)},
@@ -441,45 +426,16 @@ def train_sizes(language, args, path):
              for label, r in g.runs.items()}
 
 
-def parse_pretrain(text):
-  """--pretrain's overrides of the AdamW pre-training run: "key=value,key=value" with dotted
-  config keys (train.*, optim.*, model.*) -> {key: int | float | str}."""
-  out = {}
-  for item in (x.strip() for x in text.split(",") if x.strip()):
-    key, eq, value = item.partition("=")
-    if not eq or not key.strip() or not value.strip():
-      raise ValueError(f"--pretrain: {item!r} is not key=value (e.g. train.num_steps=6000)")
-    if key.split(".")[0] not in ("train", "optim", "model"):
-      raise ValueError(f"--pretrain: {key!r} is not a train.*, optim.* or model.* field")
-    for cast in (int, float, str):
-      try:
-        out[key.strip()] = cast(value.strip())
-        break
-      except ValueError:
-        continue
-  return out
-
-
 def add_pretraining(g, language, args, seeds):
   """Adds the AdamW pre-training run (the variant's recipe with --pretrain's overrides, model
   seeds `seeds`) to the grid `g`; returns its label and the overrides. A run with overrides is
   named `<language>[_<hmm>]_adamw_pretrain`, plus `_<preset>` when they set model.preset (the
   training and pretrained figures share it: one finished run serves both)."""
-  extra = parse_pretrain(args.pretrain)
-  base = f"{run_prefix(language, args)}_adamw{pretrain_suffix(extra)}"
+  extra = mlm_measure.parse_pretrain(args.pretrain)
+  base = f"{run_prefix(language, args)}_adamw{mlm_measure.pretrain_suffix(extra)}"
   g.add(base, f"{language}_mlm", args.size, {**hmm_overrides(language, args), **extra},
         seeds=seeds, phase="adamw")
   return base, extra
-
-
-def pretrain_suffix(extra):
-  """The run labels' suffix of --pretrain's overrides `extra`: "" without, "_pretrain" with,
-  plus "_<preset>" when they set model.preset (another architecture: runs of its own) and
-  "_init<std>" when they set model.init_std (another initialisation)."""
-  if not extra:
-    return ""
-  return ("_pretrain" + (f"_{extra['model.preset']}" if "model.preset" in extra else "")
-          + (f"_init{extra['model.init_std']}" if "model.init_std" in extra else ""))
 
 
 def carried_overrides(extra):
@@ -691,10 +647,10 @@ def main(argv=None):
   ap.add_argument("--runs", default="runs/mlm_flatness", help="training workdirs (reused)")
   ap.add_argument("--out", default="results/mlm_flatness")
   ap.add_argument("--tasks", default=None, help="downstream tasks (default C for pcfg, 10 for hmm)")
-  ap.add_argument("--hmm", choices=sorted(HMMS), default="uniform",
+  ap.add_argument("--hmm", choices=sorted(mlm_measure.HMMS), default="uniform",
                   help="the HMM (--language=hmm): uniform (the default draw of configs/hmm_mlm.py) "
                        "contextual (hidden states identifiable from the context) or sharp "
-                       "(the same with sparser emissions: the context worth ~0.6 nats); see HMMS")
+                       "(the same with sparser emissions: the context worth ~0.6 nats); see mlm_measure.HMMS")
   ap.add_argument("--continue_with", choices=sorted(NAME), default="sgd",
                   help="training figure: the optimizer that continues after the AdamW "
                        "pre-training (sgd: Fig. 3; adamw: Fig. 1)")
@@ -769,7 +725,7 @@ def main(argv=None):
              or len(set(ps)) != len(ps) or min(ps) < 0):
     raise ValueError(f"--pretrain_seeds={ps} is for --figure=training and must be distinct "
                      f"integers >= 0 that contain every --seeds {args.seeds}")
-  parse_pretrain(args.pretrain)  # a malformed item stops here, before any training
+  mlm_measure.parse_pretrain(args.pretrain)  # a malformed item stops here, before any training
   if args.figure not in ("training", "pretrained") and args.seeds != [0]:
     raise ValueError("--seeds is for --figure=training; Figures 2 / 5 train seed 0")
   stem = os.path.join(args.out, out_stem(args))

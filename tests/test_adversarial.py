@@ -197,6 +197,30 @@ def test_adversarial_training_runs_end_to_end(cache, tmp_path):
   assert runner.finished_summary(cfg, str(tmp_path / "run")) == summary
 
 
+def test_the_hmm_term_uses_the_probes_task_k_and_trains(cache, tmp_path):
+  """On the HMM the adversary's training set is hmm_task(int(task))'s train split, the one the
+  Measurer's probe of that task trains on, and a run trains end to end."""
+  c = runner.get_config("hmm_mlm", "test", {
+      "model.num_layers": 1, "num_devices": 1, "adversarial.enabled": True,
+      "adversarial.task": "6", "adversarial.weight": 0.5, "train.num_steps": 4,
+      "train.eval_every": 0, "train.checkpoint_every": 4, "train.log_every": 2})
+  c.data.cache_dir = str(cache)
+  s = train.Setup(c)
+  a = c.adversarial
+  mine = adversarial.downstream_data(c, s.task.language, s.task.context_len)
+  probe_ds = downstream.hmm_task(s.task.language, 6, num_train=a.num_train, num_valid=40,
+                                 num_test=30, seed=a.data_seed, length=c.data.length,
+                                 cache=False)
+  np.testing.assert_array_equal(mine.train.tokens, probe_ds.train.tokens)
+  np.testing.assert_array_equal(mine.train.labels, probe_ds.train.labels)
+  assert mine.name == probe_ds.name
+  assert mine.num_classes == c.data.num_states
+  job.train_and_evaluate(c, str(tmp_path / "run"))
+  with open(tmp_path / "run" / "metrics.jsonl") as f:
+    trains = [json.loads(line) for line in f if '"train"' in line]
+  assert trains and all(np.isfinite(r["adv_d2_loss"]) and r["adv_d2_loss"] > 0 for r in trains)
+
+
 # ----------------------------------------------------------------------------
 # Config errors
 
@@ -209,8 +233,10 @@ ERRORS = {
                  ["40 + 30 = 70", "adversarial.num_train=64"]),
     "task": ({"adversarial.task": "C"}, ["adversarial.task='C'", "('A', 'B')"]),
     "d1": ({"adversarial.d1_size": 0}, ["adversarial.d1_size=0", ">= 1"]),
-    "hmm": ({"adversarial.enabled": True, "data.language": "hmm"},
-            ["data.language='pcfg'", "'hmm'"]),
+    "hmm_task": ({"adversarial.enabled": True, "data.language": "hmm"},
+                 ["adversarial.task='A'", "data.language='hmm'", "'1'..'16'"]),
+    "language": ({"adversarial.enabled": True, "data.language": "lm"},
+                 ["'pcfg' or 'hmm'", "'lm'"]),
 }
 
 

@@ -259,6 +259,60 @@ def test_adversarial_pretraining_grid_at_test_size(tmp_path):
   _same_as_a_direct_run(adv, tmp_path / "direct")
 
 
+def test_adversarial_pretraining_on_the_hmm_at_test_size(tmp_path):
+  """--language=hmm: the runs named as mlm_flatness.py names them (--hmm, --pretrain), the
+  normal run of --normal_seeds (a superset) and the pairs of --seeds; the adversary on task-10
+  with the probe's training set (--probe_train); probes, comparisons and sanity rows (the block
+  alone too) per HMM task; the report's tables of that file name the tasks task-10 / task-6 and
+  give no paper rows (the paper's Table 1 is on its PCFG)."""
+  from el_jax import report
+  ap = _script("adversarial_pretraining")
+  argv = ["--size=test", "--language=hmm", "--hmm=sharp", "--pretrain=optim.lr=0.002",
+          "--weights=0.3", "--d2_draws=2", "--seeds=0,1", "--normal_seeds=0,1,2",
+          "--probe_train=64", "--runs", str(tmp_path / "runs"),
+          "--out", str(tmp_path / "results" / "adv_hmm")]
+  ap.main(argv)
+  with open(tmp_path / "results" / "adv_hmm" / "table.json") as f:
+    doc = json.load(f)
+  rows = _check_rows(doc, ["hmm_sharp_adamw_pretrain", "hmm_sharp_adversarial_w0.3_pretrain"])
+  normal, adv = rows.values()
+  assert normal["seeds"] == doc["normal_seeds"] == [0, 1, 2]
+  assert adv["seeds"] == doc["seeds"] == [0, 1]
+  assert normal["overrides"]["data.emit_concentration"] == 0.1
+  assert normal["overrides"]["optim.lr"] == adv["overrides"]["optim.lr"] == 0.002
+  assert doc["adversarial"]["task"] == "10" and doc["adversarial"]["num_train"] == 64
+  assert doc["tasks"] == ["10", "6"] and doc["language"] == "hmm"
+  for arm in ap.ARMS:
+    assert set(doc["models"][arm]["seeds"]) == {"0", "1"}
+    assert set(doc["models"][arm]["mean"]) >= {"probe_10", "probe_6", "trace_b1"}
+  for c in doc["comparisons"].values():
+    assert set(c) >= {"probe_10", "probe_6", "trace_b1"} and c["trace_b1"]["p_floor"] == 0.5
+  assert set(doc["sanity"]) == {"10", "6"}
+  assert all("block_majority" in s for s in doc["sanity"].values())
+  R = report.Results(str(tmp_path))
+  rel = "adv_hmm/table.json"
+  table = report.TABLES["adversarial_table"](R, rel)
+  assert "task-10 %" in table and "task-6 %" in table and "paper" not in table
+  comp = report.TABLES["adversarial_comparisons"](R, rel)
+  assert "task-6" in comp and "task A" not in comp
+  assert "the block alone" in report.TABLES["adversarial_sanity"](R, rel)
+  # every arm's probe against its own seed's random init, paired by model seed
+  cs = report.adversarial_vs_random(doc)
+  assert len(cs) == 6
+  for (arm, t), c in cs.items():
+    trained = np.array([doc["models"][arm]["seeds"][k]["probe"][t]["test_acc_mean"]
+                        for k in "01"])
+    random = np.array([doc["sanity"][t]["random_init"][k]["test_acc_mean"] for k in "01"])
+    assert c["diff"] == pytest.approx(np.mean(trained - random), abs=1e-12)
+    assert c["trained_above_random_in"] == int(np.sum(trained > random))
+  assert "trained above its random init in" in report.TABLES["adversarial_vs_random_init"](R, rel)
+  for bad, match in ((["--seeds=0,3", "--normal_seeds=0,1"], "must contain every seed"),
+                     (["--adv_task=6", "--tasks=10"], "--adv_task='6' must be one of"),
+                     (["--tasks=10,17"], "--tasks='10,17': the hmm tasks are 1, 2,")):
+    with pytest.raises(ValueError, match=match):
+      ap.main(["--size=test", "--language=hmm", "--runs=/nonexistent/never", *bad])
+
+
 def test_adversarial_pretraining_one_seed_compares_probe_seeds():
   """With one model seed the comparison is over that pair's probe seeds and Tr(H)
   repetitions (`stats.compare`), and says so."""

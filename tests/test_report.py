@@ -558,6 +558,40 @@ def test_the_init_0_1_continuation_sentences_hold():
   assert "The probes move by less than half a point" in text
 
 
+def test_the_hmm_adversarial_sentences_hold():
+  """The seed-002 page's reading of Tables 1-2's protocol on the sharp HMM, from the committed
+  JSON: "every model of both arms probes above its random initialisation" (both tasks), "Tr(H)
+  is higher for the adversarial model in every pair" at a valid loss "lower than the normal
+  models'", "transfer is not lower" (both tasks' mean differences >= 0), "the adversary barely
+  acted" (its gradient under a tenth of the MLM gradient's, every seed), the larger weight
+  broke the tolerance and the chosen one kept it, and the lookup table probes above every
+  trained model."""
+  d = json.load(open(os.path.join(ROOT, report.RESULTS, "adversarial_pretraining",
+                                  "hmm_sharp_init0.1", "table.json")))
+  text = " ".join(open(os.path.join(DOCS, "seed002_flatness.md")).read().split())
+  m, c = d["models"], d["comparisons"]["adversarial_vs_adamw"]
+  for (arm, t), x in report.adversarial_vs_random(d).items():
+    assert x["trained_above_random_in"] == x["n"] == 3, (arm, t)
+  assert c["trace_b1"]["n_up"] == 3 and c["valid_mlm_loss_diff"] < 0
+  assert all(a > b for a, b in zip(m["adversarial"]["mean"]["trace_b1"]["values"],
+                                   m["adamw"]["mean"]["trace_b1"]["values"]))
+  assert c["probe_10"]["diff"] >= 0 and c["probe_6"]["diff"] >= 0
+  for r in m["adversarial"]["seeds"].values():
+    assert r["training"]["last_tenth"]["adv_grad_norm"] < 0.1 * r["training"]["last_tenth"][
+        "grad_norm"]
+  p = d["pilot"]
+  assert p["chosen_weight"] == 0.3 and p["trials"]["0.3"]["within_tol"]
+  assert not p["trials"]["1"]["within_tol"] and not p["none_within_tol"]
+  lookup = min(d["lookup_table"]["probe"][t]["test_acc_mean"] for t in ("10", "6"))
+  assert all(lookup > v for arm in ("adamw", "adversarial") for t in ("10", "6")
+             for v in m[arm]["mean"][f"probe_{t}"]["values"])
+  for phrase in ("Every model of both arms probes above its random initialisation",
+                 "Tr(H) is higher for the adversarial model in every pair",
+                 "Transfer is not lower.", "The adversary barely acted",
+                 "The lookup table probes above both arms here"):
+    assert phrase in text, phrase
+
+
 def test_the_layer_by_layer_probe_sentences_hold():
   """The seed-002 page's layer-by-layer paragraph: on the PCFG the embeddings probe level with
   the random inits' (within a point) and after every block each trained model is below its own

@@ -249,6 +249,18 @@ def test_config_errors_name_the_field(case, tmp_path):
     assert frag in str(e.value), str(e.value)
 
 
+def test_a_disabled_hmm_block_does_not_bind_data_length(tmp_path):
+  """Plain HMM pre-training with sentences shorter than the block's task (task-10 needs 10
+  tokens) is not refused for a term that does not run; enabling it is, naming what is allowed."""
+  c = runner.get_config("hmm_mlm", "test", {"data.length": 8, "data.max_len_tokens": 8})
+  c.data.cache_dir = str(tmp_path)
+  adversarial.validate_config(c)
+  c.adversarial.enabled = True
+  with pytest.raises(ValueError, match=r"adversarial.task='10'; allowed for data.language='hmm': "
+                                       r"'1'..'8'"):
+    adversarial.validate_config(c)
+
+
 def test_enabled_must_be_a_bool(tmp_path):
   cfg = _config(tmp_path)
   del cfg.adversarial["enabled"]  # ml_collections refuses a non-bool for the bool field

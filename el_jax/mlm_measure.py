@@ -90,30 +90,9 @@ def check_probe_flags(lrs, normalizations):
                      f"{e}") from None
 
 
-def vs_random_init(trained, sanity):
-  """{task: the trained models' probe against the random init's}: `trained` is {key: point}
-  with the same keys as each task's sanity["random_init"] (model seeds, or sizes). One model:
-  over its probe seeds (`stats.compare`, unpaired: say whether this model beats its own init);
-  several: over the models (one mean per model), each paired with its own init (the same key:
-  before / after on one model, so `stats.paired_compare`, a sign flip whose floor is 2 / 2^n:
-  0.5 for 2 models, 0.25 for 3). Not in the Holm family of the comparison: a sanity check that
-  the probe sees the model (issue 34)."""
-  out = {}
-  for task, row in sanity.items():
-    keys = [k for k in row["random_init"] if k in trained]
-    if len(keys) == 1:
-      c = stats.compare(trained[keys[0]]["probe"][task]["test_acc"],
-                        row["random_init"][keys[0]]["test_acc"])
-      over = "probe seeds of one model"
-    else:
-      c = stats.paired_compare([trained[k]["probe"][task]["test_acc_mean"] for k in keys],
-                               [row["random_init"][k]["test_acc_mean"] for k in keys])
-      over = "models and their own inits"
-    out[task] = {**c, "keys": keys, "over": over,
-                 "trained_above_random_in": int(sum(
-                     trained[k]["probe"][task]["test_acc_mean"]
-                     > row["random_init"][k]["test_acc_mean"] for k in keys))}
-  return out
+# {task: the trained models' probe against their random inits}: stats.vs_random_init (pure, so
+# that el_jax.report computes it from committed JSON without JAX).
+vs_random_init = stats.vs_random_init
 
 
 class Measurer:
@@ -330,6 +309,11 @@ HMMS = {"uniform": {},
                        "data.emit_concentration": 0.4},
         "sharp": {"data.num_blocks": 4, "data.trans_concentration": 0.1,
                   "data.emit_concentration": 0.1}}
+
+
+def hmm_overrides(language, hmm):
+  """The data overrides of --hmm=`hmm` (`HMMS`) for the HMM ({} for the PCFG)."""
+  return dict(HMMS[hmm]) if language == "hmm" else {}
 
 
 def run_prefix(language, hmm):

@@ -1423,20 +1423,11 @@ def _adversarial_sanity(R, rel=ADV):
 
 
 def adversarial_vs_random(d):
-  """{(arm, task): stats.paired_compare(trained, random init)} over the model seeds of an
-  adversarial table file: each pre-trained model's probe (mean over its probe seeds) against
-  the probe on its own seed's random initialisation (the sanity rows), a sign flip over the
-  pairs, Holm over every arm and task; `trained_above_random_in` counts the pairs."""
-  tasks, _ = _adv_tasks(d)
-  out = {}
-  for arm in ("adamw", "adamw_matched", "adversarial"):
-    seeds = list(d["models"][arm]["seeds"])
-    for t in tasks:
-      trained = [d["models"][arm]["seeds"][k]["probe"][t]["test_acc_mean"] for k in seeds]
-      random = [d["sanity"][t]["random_init"][k]["test_acc_mean"] for k in seeds]
-      c = stats.paired_compare(trained, random)
-      c["trained_above_random_in"] = sum(a > b for a, b in zip(trained, random))
-      out[arm, t] = c
+  """{(arm, task): `stats.vs_random_init`} of an adversarial table file: each arm's pre-trained
+  models' probe against the probe on their own seeds' random initialisations (the sanity
+  rows; several models: a sign flip over the pairs), Holm over every arm and task."""
+  out = {(arm, t): c for arm in ("adamw", "adamw_matched", "adversarial")
+         for t, c in stats.vs_random_init(d["models"][arm]["seeds"], d["sanity"]).items()}
   for c, q in zip(out.values(), stats.holm([c["p_value"] for c in out.values()])):
     c["p_holm"] = q
   return out
@@ -1454,7 +1445,8 @@ def _adversarial_vs_random_init(R, rel=ADV):
            "adversarial": "adversarial"}
   cs = adversarial_vs_random(d)
   rows = [[names[arm], name_of(t), f"{100 * c['mean_b']:.2f} -> {100 * c['mean_a']:.2f}",
-           f"{100 * c['diff']:+.2f}", f"{c['trained_above_random_in']} of {c['n']}", p_note(c),
+           f"{100 * c['diff']:+.2f}", f"{c['trained_above_random_in']} of {len(c['keys'])}",
+           p_note(c),
            p_note(c, "p_holm", len(cs))] for (arm, t), c in cs.items()]
   return md(["arm", "task", "random init -> trained probe %", "difference (points)",
              "trained above its random init in", "p (pairs: sign flip)",

@@ -236,3 +236,29 @@ def format_mean_range(stats, digits=3):
   """"0.473 (0.360, 0.576)" from {mean, min, max}."""
   f = f"{{:.{digits}f}}"
   return f"{f.format(stats['mean'])} ({f.format(stats['min'])}, {f.format(stats['max'])})"
+
+
+def vs_random_init(trained, sanity):
+  """{task: the trained models' probe against the random init's}: `trained` is {key: point}
+  with the same keys as each task's sanity["random_init"] (model seeds, or sizes). One model:
+  over its probe seeds (`compare`, unpaired: say whether this model beats its own init);
+  several: over the models (one mean per model), each paired with its own init (the same key:
+  before / after on one model, so `paired_compare`, a sign flip whose floor is 2 / 2^n:
+  0.5 for 2 models, 0.25 for 3). Not in the Holm family of the comparison: a sanity check that
+  the probe sees the model (issue 34)."""
+  out = {}
+  for task, row in sanity.items():
+    keys = [k for k in row["random_init"] if k in trained]
+    if len(keys) == 1:
+      c = compare(trained[keys[0]]["probe"][task]["test_acc"],
+                  row["random_init"][keys[0]]["test_acc"])
+      over = "probe seeds of one model"
+    else:
+      c = paired_compare([trained[k]["probe"][task]["test_acc_mean"] for k in keys],
+                         [row["random_init"][k]["test_acc_mean"] for k in keys])
+      over = "models and their own inits"
+    out[task] = {**c, "keys": keys, "over": over,
+                 "trained_above_random_in": int(sum(
+                     trained[k]["probe"][task]["test_acc_mean"]
+                     > row["random_init"][k]["test_acc_mean"] for k in keys))}
+  return out

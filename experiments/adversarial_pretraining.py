@@ -77,6 +77,7 @@ import time
 
 import numpy as np
 
+from el_jax import adversarial
 from el_jax import checkpoint
 from el_jax import cli
 from el_jax import grid as grid_lib
@@ -133,8 +134,8 @@ def adversarial_label(args, weight):
 
 def base_overrides(args):
   """The overrides both arms share: the size's, --hmm's data and --pretrain's."""
-  data = dict(mlm_measure.HMMS[args.hmm]) if args.language == "hmm" else {}
-  return {**OVERRIDES[args.size], **data, **args.extra}
+  return {**OVERRIDES[args.size], **mlm_measure.hmm_overrides(args.language, args.hmm),
+          **args.extra}
 
 
 def make_grid(args, path):
@@ -239,7 +240,6 @@ def d2_diagnostic(x, labels, num_classes, acfg, draws):
   on features `x` of the training set (the adversary's objective, measured)."""
   import jax
   import jax.numpy as jnp
-  from el_jax import adversarial
   y = np.eye(num_classes, dtype=np.float32)[labels]
   fn = jax.jit(lambda a, b, c, d: adversarial.head_losses(a, b, c, d, float(acfg.ridge)))
   d2, d1 = [], []
@@ -267,7 +267,6 @@ def probe_all(m, feats_fn):
 
 
 def measure(args, normal_cfg, adv_cfg, normal_dir, chosen_dir):
-  from el_jax import adversarial
   from el_jax.data import downstream
   a = adv_cfg.adversarial
   sizes = dict(zip(("probe_valid", "probe_test", "flat_inputs", "flat_reps", "fisher_samples",
@@ -546,7 +545,6 @@ def main(argv=None):
   g = make_grid(args, path)
   normal = normal_label(args)
   normal_cfg = g.runs[normal].config()
-  from el_jax import adversarial  # the tasks are checked before any training
   allowed = ("A", "B", "C") if args.language == "pcfg" else adversarial.tasks_of(normal_cfg.data)
   if not set(args.tasks.split(",")) <= set(allowed):
     raise ValueError(f"--tasks={args.tasks!r}: the {args.language} tasks are "

@@ -154,8 +154,8 @@ SIZES = "64/1/1/256,128/2/4/512,192/3/5/768,256/4/6/1024"
 
 
 def hmm_overrides(language, args):
-  """The data overrides of --hmm for the HMM ({} for the PCFG)."""
-  return dict(mlm_measure.HMMS[args.hmm]) if language == "hmm" else {}
+  """The data overrides of --hmm for the HMM ({} for the PCFG; `mlm_measure.hmm_overrides`)."""
+  return mlm_measure.hmm_overrides(language, args.hmm)
 
 
 def run_prefix(language, args):

@@ -48,6 +48,7 @@ import json
 import math
 import os
 import re
+import statistics
 import sys
 
 from el_jax import provenance
@@ -1234,9 +1235,55 @@ def _mlm_pilot(R, language, optimizer="sgd"):
              f"change from the AdamW run's {f(d['pilot_start_valid_loss'], 4)}"], rows)
 
 
+def _sizes_by_models(d):
+  """Figures 2 / 5 files of several model seeds: {size: [point of each seed]} in --sizes
+  order, or None for a one-model file (points keyed by size alone)."""
+  if len(d.get("seeds", [0])) < 2:
+    return None
+  out = {}
+  for p in d["points"]:
+    out.setdefault(p["size"], []).append(p)
+  return out
+
+
+def _spread(xs, d, scale=1):
+  """"mean (std)" over models, std with ddof 1."""
+  xs = [scale * x for x in xs]
+  return f"{statistics.fmean(xs):.{d}f} ({statistics.stdev(xs):.{d}f})"
+
+
+def _grown(d, size):
+  return size + (f" grown into {d['embedded_into']}" if d.get("embedded_into") and
+                 size != d["embedded_into"] else "")
+
+
+def _mlm_sizes_models(d, by):
+  """_mlm_sizes for several model seeds: one row per size, mean (std over the models)."""
+  tasks = list(d["points"][0]["probe"])
+  rows = []
+  for size, pts in by.items():
+    p0 = pts[0]
+    rows.append([_grown(d, size), f"{p0.get('num_params_embedded', p0['num_params']):,}",
+                 str(p0["step"]),
+                 f"{_spread([p['valid_mlm_loss'] for p in pts], 4)} / "
+                 f"{statistics.fmean(p['valid_gap'] for p in pts):.4f}",
+                 _spread([p["trace_b1"] for p in pts], 1),
+                 _spread([p["trace_hutchinson"] for p in pts], 1)]
+                + [_spread([p["probe"][t]["test_acc_mean"] for p in pts], 2, 100)
+                   for t in tasks])
+  n = len(d["seeds"])
+  return md(["size (d_model / heads / layers / MLP)", "parameters", "training steps",
+             f"valid MLM loss (std) / gap, {n} models", "Tr(H) B.1 (std over models)",
+             "Tr(H) Hutchinson (std over models)"]
+            + [f"task-{t} probe % (std over models)" for t in tasks], rows)
+
+
 @table("mlm_sizes")
 def _mlm_sizes(R, rel):
   d = R.load(f"{MLM}/{rel}")
+  by = _sizes_by_models(d)
+  if by:
+    return _mlm_sizes_models(d, by)
   out = []
   for p in d["points"]:
     (task, pr), = p["probe"].items()
@@ -1253,10 +1300,31 @@ def _mlm_sizes(R, rel):
              f"task-{task} probe % (std, 5 seeds)"], out)
 
 
+def _mlm_sizes_change_models(c):
+  """_mlm_sizes_change for several model seeds: every size against the first over the
+  models; Holm over the table's Tr(H) and probe tests, the valid loss outside it."""
+  m = c["holm_family"]
+  names = {"valid_mlm_loss": ("valid MLM loss (nats)", 1, 4),
+           "trace_b1": ("Tr(H) B.1", 1, 1), "trace_hutchinson": ("Tr(H) Hutchinson", 1, 1)}
+  rows = []
+  for size, qs in c["vs_first"].items():
+    for q, t in qs.items():
+      name, k, dg = names.get(q, (f"task-{q.split()[-1]} probe (points)", 100, 2))
+      rows.append([f"{size} vs {c['sizes'][0]}", name,
+                   f"{k * t['mean_b']:.{dg}f} -> {k * t['mean_a']:.{dg}f}",
+                   f"{k * t['diff']:+.{dg}f}", p_note(t),
+                   _holm(t, m) if "p_holm" in t else "- (not in the family)",
+                   f"{t['n_a']} vs {t['n_b']} models"])
+  return md(["sizes", "quantity", "change (mean over models)", "difference", "permutation p",
+             f"Holm p (over {m})", "over"], rows)
+
+
 @table("mlm_sizes_change")
 def _mlm_sizes_change(R, rel):
   d = R.load(f"{MLM}/{rel}")
   c = d["comparison"]
+  if "vs_first" in c:
+    return _mlm_sizes_change_models(c)
   (task, pr), = c["probe"].items()
   t = c["trace_b1_change"]
   rows = [["Tr(H) B.1", f"{t['mean_b']:.1f} -> {t['mean_a']:.1f}", f"{t['diff']:+.1f}",
@@ -1266,6 +1334,21 @@ def _mlm_sizes_change(R, rel):
            f"{pr['n_a']} vs {pr['n_b']} probe seeds"]]
   return md([f"{c['x'][1]} vs {c['x'][0]}", "change", "difference", "permutation p",
              "Holm p (over the table)", "over"], rows)
+
+
+@table("mlm_sizes_claim")
+def _mlm_sizes_claim(R, rel, size, quantity):
+  """One size-against-the-first test of a several-model Figures 2 / 5 file as a phrase whose
+  word is decided by its test: "higher (+1.23 points, p = 0.0022, Holm 0.0087)", "lower ...",
+  or "not told apart ..." at (Holm) p >= 0.05; `quantity` valid_mlm_loss, trace_b1,
+  trace_hutchinson or probe:<task> (in points)."""
+  c = R.load(f"{MLM}/{rel}")["comparison"]["vs_first"][size][quantity.replace(":", " ")]
+  k, unit, dg = ((100, " points", 2) if quantity.startswith("probe") else
+                 (1, " nats", 4) if quantity == "valid_mlm_loss" else (1, "", 1))
+  p = c.get("p_holm", c["p_value"])
+  word = ("higher" if c["diff"] > 0 else "lower") if p < 0.05 else "not told apart"
+  holm = f", Holm {p_note(c, 'p_holm')}" if "p_holm" in c else ""
+  return f"{word} ({k * c['diff']:+.{dg}f}{unit}, p = {p_note(c)}{holm})"
 
 
 def _acc_cell(r):
@@ -1312,10 +1395,21 @@ def _mlm_sanity_task(d, task, s):
   rows += [[bayes, f"{100 * s['bayes']:.2f}", "-", "-"],
            probe_row("lookup table (exact conditionals) probe", s["lookup_table"])]
   sized = d["figure"] in ("size", "embedded")
-  for k, r in s["random_init"].items():
+  by = _sizes_by_models(d) if sized else None
+  if by:  # one row per size: mean (std over its models), the settings chosen per model
+    for size, pts in by.items():
+      inits = [s["random_init"][f"{size} seed {p['seed']}"] for p in pts]
+      for name, rs in ((f"random init (size {size}), {len(pts)} models", inits),
+                       (f"trained, size {size}, {len(pts)} models",
+                        [p["probe"][task] for p in pts])):
+        rows.append([name + " probe", _spread([r["test_acc_mean"] for r in rs], 2, 100),
+                     "chosen on valid per model",
+                     f"{statistics.fmean(r['feature_rank'] for r in rs):.0f} of "
+                     f"{rs[0]['num_features']}"])
+  for k, r in ({} if by else s["random_init"]).items():
     rows.append(probe_row(f"random init ({'size ' if sized else 'model seed '}{k}) probe", r))
   if sized:
-    for p in d["points"]:
+    for p in ([] if by else d["points"]):
       rows.append(probe_row(f"trained, size {p['size']} probe", p["probe"][task]))
   else:
     # training: the continuation's steps; pretrained: the end of the AdamW pre-training

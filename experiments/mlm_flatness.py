@@ -92,13 +92,25 @@ train.batch_size=256,train.num_steps=6000,optim.lr=0.002,optim.warmup_steps=300 
       --probe_normalizations=standardize,whiten --runs=runs/mlm_flatness_6k \
       --probe_cache=runs/probe_cache --out=results/mlm_flatness/sharp_bilstm_6k_sgd
 
-Figure 2 (`size`): the `--sizes` (d_model/heads/layers/MLP) trained with the
-same recipe; Figure 5 (`embedded`): the same models grown by
+Figure 2 (`size`): the `--sizes` (d_model/heads/layers/MLP[@steps]) trained with the
+same recipe (with --pretrain's overrides, and each model seed of --seeds: with >= 2 every
+size is compared with the first over the models, `_size_models`); Figure 5 (`embedded`):
+the same models grown by
 `el_jax.models.growth` (width replication, zero residual blocks) into the
 largest architecture, or into `--embed_into` (the paper's Table 4 uses the
 least common multiple of the widths), where Tr(H) is measured in one
 parameterisation (their outputs, hence loss and probe accuracy, are unchanged;
-checked).
+checked). On the sharp HMM's init-0.1 encoders, six models per size, the 128-wide one also
+stopped at 1000 steps (near the 64-wide one's loss; issue 34), then Figure 5 at that pair:
+
+  python experiments/mlm_flatness.py --figure=size --language=hmm --hmm=sharp --tasks=10,6 \
+      --sizes=64/1/1/256,128/2/4/512@1000,128/2/4/512 --seeds=0,1,2,3,4,5 \
+      --pretrain=model.init_std=0.1,train.batch_size=256,train.num_steps=6000,optim.lr=0.002,\
+optim.warmup_steps=300 --flat_inputs=100 --fisher_samples=20 --probe_train=10000 \
+      --probe_valid=2000 --probe_test=4000 --probe_epochs=30 --probe_lrs=0.001,0.01 \
+      --probe_normalizations=standardize,whiten --runs=runs/mlm_flatness \
+      --probe_cache=runs/probe_cache --out=results/mlm_flatness/sharp_init0.1_sizes
+  ... --figure=embedded --sizes=64/1/1/256,128/2/4/512@1000 (the rest as above)
 
 --hmm=contextual trains and probes on an HMM whose hidden states the context identifies (4
 blocks, Dirichlet(0.1) transition and Dirichlet(0.4) emission rows; `mlm_measure.HMMS`): on the default
@@ -174,8 +186,25 @@ def out_stem(args):
 
 
 def parse_size(s):
-  d, h, n, m = (int(x) for x in s.split("/"))
-  return {"model.embed_dim": d, "model.num_heads": h, "model.num_layers": n, "model.mlp_dim": m}
+  """A --sizes item "d_model/heads/layers/MLP[@steps]" -> its config overrides (@steps: its
+  own train.num_steps, e.g. the larger model trained to the smaller one's loss)."""
+  arch, at, steps = s.partition("@")
+  try:
+    d, h, n, m = (int(x) for x in arch.split("/"))
+    over = {"model.embed_dim": d, "model.num_heads": h, "model.num_layers": n,
+            "model.mlp_dim": m}
+    if at:
+      over["train.num_steps"] = int(steps)
+  except ValueError:
+    raise ValueError(f"--sizes item {s!r} is not d_model/heads/layers/MLP[@steps] of integers, "
+                     f"e.g. 64/1/1/256 or 128/2/4/512@1500") from None
+  return over
+
+
+def size_label(s):
+  """A --sizes item as a run label's part: 128/2/4/512@1500 -> 128-2-4-512-1500steps."""
+  arch, at, steps = s.partition("@")
+  return arch.replace("/", "-") + (f"-{steps}steps" if at else "")
 
 
 def _measurer(cfg, args, language):
@@ -411,16 +440,20 @@ def _trend_over_seeds(points, x, seeds):
 
 
 def train_sizes(language, args, path):
-  """The grid of --sizes (model seed 0), each trained with the variant's recipe; a size
-  equal to a finished run under --runs (e.g. the `cpu` model of the Figure 3 AdamW run) is
-  read back from it. Returns (grid, {size: (config, workdir)})."""
+  """The grid of --sizes (model seeds --seeds), each trained with the variant's recipe and
+  --pretrain's overrides (runs suffixed like them, e.g. `hmm_sharp_size_64-1-1-256_pretrain_
+  init0.1`); a size equal to a finished run under --runs (e.g. the `pretrained` figure's run
+  of the same overrides and seeds) is read back from it. Returns (grid, {size: (config,
+  workdir)})."""
   g = grid_lib.Grid(path, runs_dir=args.runs, reuse_rows=False,
                     reuse_from=runner.run_dirs(os.path.join(args.runs, "*")))
   steps = {"train.num_steps": args.size_steps} if args.size_steps else {}
+  extra = mlm_measure.parse_pretrain(args.pretrain)
   for s in args.sizes.split(","):
-    g.add(f"{run_prefix(language, args)}_size_{s.replace('/', '-')}", f"{language}_mlm", args.size,
-          {**hmm_overrides(language, args), **parse_size(s), **steps}, seeds=(0,),
-          model_size=s)
+    g.add(f"{run_prefix(language, args)}_size_{size_label(s)}"
+          f"{mlm_measure.pretrain_suffix(extra)}", f"{language}_mlm", args.size,
+          {**hmm_overrides(language, args), **extra, **steps, **parse_size(s)},
+          seeds=tuple(args.seeds), model_size=s)
   g.run()
   return g, {r.extra["model_size"]: (r.config(), g.rows[label]["workdir"])
              for label, r in g.runs.items()}
@@ -479,11 +512,56 @@ def figure_pretrained(language, args, path):
              "ran_on": provenance.ran_on(), "wall_s": round(time.time() - t0, 1)}
 
 
+def _size_models(points, sizes, seeds):
+  """Figures 2 / 5 with >= 2 model seeds per size: every later size against the first over
+  the model seeds (one value per model: its Tr(H) B.1 mean over repetitions, its Hutchinson
+  estimate, its probe accuracy mean over probe seeds; unpaired permutation test: the models
+  of two sizes are independent), Holm over every Tr(H) and probe test of the table; the valid
+  MLM loss tested the same way, outside the family: it says whether the sizes are compared
+  at equal loss."""
+  by = {(p["size"], p["seed"]): p for p in points}
+  missing = [(s, seed) for s in sizes for seed in seeds if (s, seed) not in by]
+  if missing:
+    raise ValueError(f"sizes / seeds not measured: {missing}")
+
+  def col(s, fn):
+    return [float(fn(by[(s, seed)])) for seed in seeds]
+
+  tasks = list(points[0]["probe"])
+  quantities = {"valid_mlm_loss": lambda p: p["valid_mlm_loss"],
+                "trace_b1": lambda p: p["trace_b1"],
+                "trace_hutchinson": lambda p: p["trace_hutchinson"]}
+  quantities.update({f"probe {t}": (lambda p, t=t: p["probe"][t]["test_acc_mean"])
+                     for t in tasks})
+  out = {"over": "model seeds", "seeds": list(seeds), "sizes": list(sizes),
+         "means": {s: {q: float(np.mean(col(s, fn))) for q, fn in quantities.items()}
+                   for s in sizes},
+         "stds": {s: {q: float(np.std(col(s, fn), ddof=1)) for q, fn in quantities.items()}
+                  for s in sizes},
+         "vs_first": {}}
+  family = []
+  for s in sizes[1:]:
+    out["vs_first"][s] = {q: stats.compare(col(s, fn), col(sizes[0], fn))
+                          for q, fn in quantities.items()}
+    family += [c for q, c in out["vs_first"][s].items() if q != "valid_mlm_loss"]
+  for c, q in zip(family, stats.holm([c["p_value"] for c in family])):
+    c["p_holm"] = q
+  out["holm_family"] = len(family)
+  return out
+
+
 def figure_size(language, args, path, embedded=False):
+  """Figure 2 (or 5, `embedded`): every --sizes model of every --seeds measured at its end
+  (valid loss, Tr(H) in its own architecture or grown into the largest / --embed_into, the
+  probes) with the sanity rows of every size's random init; one seed: the first and last size
+  compared over the repetitions and probe seeds of one model each (`_trend`); several: every
+  size against the first over the models (`_size_models`)."""
   from el_jax.models import decoder, growth
   t0 = time.time()
+  seeds = tuple(args.seeds)
   g, runs = train_sizes(language, args, path)
-  largest = args.sizes.split(",")[-1]
+  sizes = args.sizes.split(",")
+  largest = sizes[-1]
   big_cfg = runs[largest][0]
   if embedded and args.embed_into:
     # An architecture that is only measured, never trained: the smallest one whose widths
@@ -496,41 +574,53 @@ def figure_size(language, args, path, embedded=False):
   for s, (cfg, d) in runs.items():
     m = _measurer(cfg, args, language)
     step = cfg.train.num_steps
-    params = m.params(d, step, 0)
-    row = {"size": s, "num_params": decoder.num_params(params),
-           **mlm_measure.eval_row(d, 0, step), "probe": m.probes(m.trainer.graphdef, params)}
-    if embedded:
-      cfg_big = big.setup.model_cfg
-      gcfg, gparams = growth.grow(m.setup.model_cfg, params, cfg_big)
-      b = m.flat_batches[0]
-      small = np.asarray(decoder.apply(m.trainer.graphdef, params, b["inputs"], b["segment_ids"]))
-      grown = np.asarray(decoder.apply(big.trainer.graphdef, gparams, b["inputs"],
-                                       b["segment_ids"]))
-      row["grown_max_logit_diff"] = float(np.abs(small - grown).max())
-      row.update(big.flatness(gparams, step))
-      row["num_params_embedded"] = decoder.num_params(gparams)
-    else:
-      row.update(m.flatness(params, step))
-    points.append(row)
-    print(f"{language} size {s}: valid loss {row['valid_mlm_loss']:.4f} Tr(H) B.1 "
-          f"{row['trace_b1']:.3f} +- {row['trace_b1_std']:.3f}; probe " + ", ".join(
-              f"{k} {v['test_acc_mean']:.4f}" for k, v in row["probe"].items()), flush=True)
+    for seed in seeds:
+      params = m.params(d, step, seed)
+      row = {"size": s, "seed": seed, "step": step, "num_params": decoder.num_params(params),
+             **mlm_measure.eval_row(d, seed, step),
+             "probe": m.probes(m.trainer.graphdef, params)}
+      if embedded:
+        cfg_big = big.setup.model_cfg
+        gcfg, gparams = growth.grow(m.setup.model_cfg, params, cfg_big)
+        b = m.flat_batches[0]
+        small = np.asarray(decoder.apply(m.trainer.graphdef, params, b["inputs"],
+                                         b["segment_ids"]))
+        grown = np.asarray(decoder.apply(big.trainer.graphdef, gparams, b["inputs"],
+                                         b["segment_ids"]))
+        row["grown_max_logit_diff"] = float(np.abs(small - grown).max())
+        row.update(big.flatness(gparams, step))
+        row["num_params_embedded"] = decoder.num_params(gparams)
+      else:
+        row.update(m.flatness(params, step))
+      points.append(row)
+      print(f"{language} size {s} seed {seed}: valid loss {row['valid_mlm_loss']:.4f} Tr(H) "
+            f"B.1 {row['trace_b1']:.3f} +- {row['trace_b1_std']:.3f}; probe " + ", ".join(
+                f"{k} {v['test_acc_mean']:.4f}" for k, v in row["probe"].items()), flush=True)
   # Sanity rows: the language's (majority, Bayes, lookup table) once, and the random init of
-  # every size (its own architecture, model seed 0), keyed by size.
+  # every size (its own architecture) and model seed, keyed by size (one seed, as in the
+  # files written before --seeds) or "<size> seed <seed>".
+  def key(s, seed):
+    return s if len(seeds) == 1 else f"{s} seed {seed}"
   sanity = None
   for s, (cfg, _) in runs.items():
     m = _measurer(cfg, args, language)
-    r = m.sanity((0,), language_rows=sanity is None)
+    r = m.sanity(seeds, language_rows=sanity is None)
     if sanity is None:
       sanity = {task: {**row, "random_init": {}} for task, row in r.items()}
     for task, row in r.items():
-      sanity[task]["random_init"][s] = row["random_init"]["0"]
-  comparison = _trend(points, "size")
-  comparison["vs_random_init"] = vs_random_init({p["size"]: p for p in points}, sanity)
+      for seed in seeds:
+        sanity[task]["random_init"][key(s, seed)] = row["random_init"][str(seed)]
+  if len(seeds) == 1:
+    comparison = _trend(points, "size")
+  else:
+    comparison = _size_models(points, sizes, seeds)
+  comparison["vs_random_init"] = vs_random_init({key(p["size"], p["seed"]): p for p in points},
+                                                sanity)
   _print_sanity(sanity)
   fig = "embedded" if embedded else "size"
   return g, {"figure": fig, "language": language, "size": args.size, "points": points,
-             "hmm": args.hmm, "sanity": sanity,
+             "hmm": args.hmm, "sanity": sanity, "seeds": list(seeds),
+             "pretrain": mlm_measure.parse_pretrain(args.pretrain),
              "embedded_into": (args.embed_into or largest) if embedded else None,
              "comparison": comparison, "paper": PAPER[fig],
              "configs": {s: runner.config_dict(c) for s, (c, _) in runs.items()},
@@ -597,6 +687,30 @@ def plot(result, path):
       plots.metric_over_steps(by_label, "v", None, kind="point", ylabel=ylabel, ax=a,
                               title=title)
       a.set_xlabel(f"{'SGD' if opt == 'sgd' else 'AdamW'} step (after the AdamW pre-training)")
+  elif len(result.get("seeds", [0])) > 1:  # several models per size: mean +- std over them
+    sizes = list(dict.fromkeys(p["size"] for p in pts))
+    xs = list(range(len(sizes)))
+
+    def over_models(a, fn, label, fmt):
+      vals = [[fn(p) for p in pts if p["size"] == s] for s in sizes]
+      for x, v in zip(xs, vals):
+        a.plot([x] * len(v), v, ".", color="gray", alpha=0.5)
+      a.errorbar(xs, [np.mean(v) for v in vals], yerr=[np.std(v, ddof=1) for v in vals],
+                 fmt=fmt, label=label, capsize=3)
+    over_models(ax[0], lambda p: p["valid_mlm_loss"], None, "o-")
+    ax[0].set_title("valid MLM loss")
+    over_models(ax[1], lambda p: p["trace_b1"], "B.1 (sampled labels)", "o-")
+    over_models(ax[1], lambda p: p["trace_hutchinson"], "Hutchinson", "s--")
+    ax[1].set_title("Tr(H) of the pre-training loss")
+    ax[1].legend()
+    for task in tasks:
+      over_models(ax[2], lambda p, t=task: 100 * p["probe"][t]["test_acc_mean"], f"task {task}",
+                  "o-")
+    ax[2].set_title("linear probe test accuracy (%)")
+    ax[2].legend()
+    for a in ax:
+      a.set_xlabel("model size (@ its training steps)")
+      a.set_xticks(xs, sizes, rotation=20, fontsize=7)
   else:
     xs = list(range(len(pts)))
     ax[0].plot(xs, [p["valid_mlm_loss"] for p in pts], "o-")
@@ -617,7 +731,9 @@ def plot(result, path):
       a.set_xticks(xs, [p["size"] for p in pts], rotation=20, fontsize=7)
   seeds = len({p.get("seed", 0) for p in pts})
   title = (f"{result['language']}: {result['figure']} ({result['size']}"
-           + (f"; lines: mean over {seeds} model seeds, bands: min..max" if seeds > 1 else "")
+           + ("" if seeds < 2 else f"; lines: mean over {seeds} model seeds, bands: min..max"
+              if result["figure"] == "training" else
+              f"; lines: mean over {seeds} models per size, bars: std, dots: each model")
            + f"); paper: {result['paper']['source']}")
   fig.suptitle(textwrap.fill(title, 170), fontsize=8)  # the whole source, wrapped
   fig.tight_layout()
@@ -641,9 +757,9 @@ def main(argv=None):
                   required=True)
   ap.add_argument("--language", choices=["pcfg", "hmm"], default="pcfg")
   ap.add_argument("--size", default="cpu", help="config variant: cpu | paper | test")
-  ap.add_argument("--seeds", default="0", help="pre-training model seeds of the training "
-                  "figure, comma-separated (>= 2: its comparison is over model seeds; Figures "
-                  "2 / 5 train seed 0)")
+  ap.add_argument("--seeds", default="0", help="pre-training model seeds, comma-separated "
+                  "(>= 2: the comparison is over model seeds; Figures 2 / 5: every size "
+                  "trained with each)")
   ap.add_argument("--runs", default="runs/mlm_flatness", help="training workdirs (reused)")
   ap.add_argument("--out", default="results/mlm_flatness")
   ap.add_argument("--tasks", default=None, help="downstream tasks (default C for pcfg, 10 for hmm)")
@@ -667,7 +783,10 @@ def main(argv=None):
                   help="continuation steps between checkpoints")
   ap.add_argument("--measure_every", type=int, default=0,
                   help="measure the checkpoints at multiples of this (0 = every checkpoint)")
-  ap.add_argument("--sizes", default=SIZES)
+  ap.add_argument("--sizes", default=SIZES,
+                  help="Figures 2 / 5: d_model/heads/layers/MLP[@steps], comma-separated, "
+                       "smallest first (@steps: that size's own train.num_steps, e.g. a larger "
+                       "model stopped at the smaller one's loss)")
   ap.add_argument("--size_steps", type=int, default=0, help="0 = the variant's train.num_steps")
   ap.add_argument("--embed_into", default="",
                   help="Fig. 5: d_model/heads/layers/MLP of the architecture every size is grown "
@@ -698,7 +817,8 @@ def main(argv=None):
                        "and last measured checkpoint with these seeds, e.g. 0,1 (\"\" = no)")
   ap.add_argument("--fine_tune_epochs", type=int, default=10)
   ap.add_argument("--pretrain", default="",
-                  help="pretrained figure: overrides of the AdamW pre-training, comma-separated "
+                  help="pretrained figure (and Figures 2 / 5: every size's run): overrides of "
+                       "the AdamW pre-training, comma-separated "
                        "key=value (train.* / optim.* / model.*), e.g. train.batch_size=256,"
                        "train.num_steps=6000,optim.lr=0.002 (its run is named apart); "
                        "training figure: the run continued (its model.* and train.batch_size "
@@ -718,16 +838,15 @@ def main(argv=None):
     raise ValueError("--fine_tune_seeds is for --figure=training (first and last checkpoint)")
   if args.fine_tune_epochs < 1:
     raise ValueError(f"--fine_tune_epochs={args.fine_tune_epochs} must be >= 1")
-  if args.pretrain and args.figure not in ("training", "pretrained"):
-    raise ValueError("--pretrain is for --figure=training or --figure=pretrained")
   ps = args.pretrain_seeds = optional_ints("pretrain_seeds", args.pretrain_seeds, "--seeds")
   if ps and (args.figure != "training" or not set(args.seeds) <= set(ps)
              or len(set(ps)) != len(ps) or min(ps) < 0):
     raise ValueError(f"--pretrain_seeds={ps} is for --figure=training and must be distinct "
                      f"integers >= 0 that contain every --seeds {args.seeds}")
   mlm_measure.parse_pretrain(args.pretrain)  # a malformed item stops here, before any training
-  if args.figure not in ("training", "pretrained") and args.seeds != [0]:
-    raise ValueError("--seeds is for --figure=training; Figures 2 / 5 train seed 0")
+  if args.figure in ("size", "embedded"):
+    for item in args.sizes.split(","):
+      parse_size(item)  # a malformed size stops here, before any training
   stem = os.path.join(args.out, out_stem(args))
   if args.figure == "training":
     g, result = figure_training(args.language, args, stem + ".json")

@@ -400,14 +400,67 @@ def test_mlm_flatness_compares_over_model_seeds_with_several():
   assert c["paired"]["probe C"]["n_up"] == 3
   with pytest.raises(ValueError, match=r"sgd_step 8 is not measured for every seed"):
     ms._trend_over_seeds(points[:-2], "sgd_step", (0, 1, 2))
-  with pytest.raises(ValueError, match="--seeds is for --figure=training"):
-    ms.main(["--figure=size", "--seeds=0,1"])
+  with pytest.raises(ValueError, match=r"--sizes item '64/1/x' is not d_model/heads/layers"):
+    ms.main(["--figure=size", "--sizes=64/1/1/256,64/1/x"])
   with pytest.raises(ValueError, match="must be distinct integers"):
     ms.main(["--figure=training", "--seeds=1,1"])
   with pytest.raises(ValueError, match="--fine_tune_seeds='a' must be comma-separated"):
     ms.main(["--figure=training", "--fine_tune_seeds=a"])
   with pytest.raises(ValueError, match="--fine_tune_seeds is for --figure=training"):
     ms.main(["--figure=size", "--fine_tune_seeds=0"])
+
+
+def test_mlm_flatness_sizes_over_model_seeds_at_test_size(tmp_path):
+  """Figures 2 / 5 with --seeds=0,1 and --pretrain: every size (one with its own @steps) and
+  model seed trained under names with the overrides' suffix and measured at its end; the
+  sanity rows hold every size's and seed's random init; the comparison is every size against
+  the first over the models (recomputed from the points, Holm over Tr(H) and probes); the
+  embedded figure reads the same runs back and grows each model into the largest."""
+  ms = _script("mlm_flatness")
+  sizes = "16/1/1/32,32/2/2/64@6,32/2/2/64"
+  argv = ["--language=hmm", "--size=test", "--seeds=0,1", f"--sizes={sizes}",
+          "--pretrain=model.init_std=0.1,train.num_steps=12", "--tasks=10,6",
+          "--probe_train=80", "--probe_valid=40", "--probe_test=40", "--probe_epochs=2",
+          "--flat_inputs=4", "--flat_reps=2", "--fisher_samples=2", "--hutchinson_probes=2",
+          "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "out")]
+  out = ms.main(["--figure=size"] + argv)
+  assert [r["label"] for r in out["rows"]] == [
+      "hmm_size_16-1-1-32_pretrain_init0.1", "hmm_size_32-2-2-64-6steps_pretrain_init0.1",
+      "hmm_size_32-2-2-64_pretrain_init0.1"]
+  assert [r["config"]["train"]["num_steps"] for r in out["rows"]] == [12, 6, 12]
+  assert all(r["seeds"] == [0, 1] and r["config"]["model"]["init_std"] == 0.1
+             for r in out["rows"])
+  names = sizes.split(",")
+  assert [(p["size"], p["seed"], p["step"]) for p in out["points"]] == [
+      (s, seed, 6 if "@" in s else 12) for s in names for seed in (0, 1)]
+  for task in ("10", "6"):
+    assert set(out["sanity"][task]["random_init"]) == {f"{s} seed {k}" for s in names
+                                                       for k in (0, 1)}
+  c = out["comparison"]
+  assert c["over"] == "model seeds" and c["sizes"] == names and list(c["vs_first"]) == names[1:]
+  by = {(p["size"], p["seed"]): p for p in out["points"]}
+  for s in names[1:]:
+    want = stats.compare([by[s, k]["trace_b1"] for k in (0, 1)],
+                         [by[names[0], k]["trace_b1"] for k in (0, 1)])
+    assert {k: c["vs_first"][s]["trace_b1"][k] for k in want} == want
+    want = stats.compare([by[s, k]["probe"]["6"]["test_acc_mean"] for k in (0, 1)],
+                         [by[names[0], k]["probe"]["6"]["test_acc_mean"] for k in (0, 1)])
+    assert {k: c["vs_first"][s]["probe 6"][k] for k in want} == want
+    assert "p_holm" not in c["vs_first"][s]["valid_mlm_loss"]
+  _holm_family([x for s in names[1:] for q, x in c["vs_first"][s].items()
+                if q != "valid_mlm_loss"])
+  assert c["holm_family"] == 2 * 4
+  trained = {f"{p['size']} seed {p['seed']}": p for p in out["points"]}
+  assert json.loads(json.dumps(ms.vs_random_init(trained, out["sanity"]))) == \
+      json.loads(json.dumps(c["vs_random_init"]))
+  assert os.path.exists(tmp_path / "out" / "size_hmm.png")
+  emb = ms.main(["--figure=embedded"] + argv)
+  assert [r["workdir"] for r in emb["rows"]] == [r["workdir"] for r in out["rows"]]
+  for p, q in zip(emb["points"], out["points"]):
+    assert p["probe"] == q["probe"] and p["num_params_embedded"] == by[names[-1], 0]["num_params"]
+    assert p["grown_max_logit_diff"] < 1e-4
+  # the largest architecture grown into itself: the same model, the same Tr(H) inputs
+  assert emb["points"][-1]["trace_b1_reps"] == pytest.approx(out["points"][-1]["trace_b1_reps"])
 
 
 def test_mlm_flatness_continues_with_sgd_or_adamw():
@@ -565,8 +618,6 @@ def test_mlm_flatness_pretrained_figure_at_test_size(tmp_path):
   for bad, says in (("train.num_steps", "is not key=value"), ("data.length=3", "is not a train.*")):
     with pytest.raises(ValueError, match=re.escape(says)):
       ms.main(argv[:4] + [f"--pretrain={bad}"] + argv[5:])
-  with pytest.raises(ValueError, match="--pretrain is for --figure=training or"):
-    ms.main(["--figure=size", "--pretrain=train.num_steps=3"] + argv[5:])
   # The training figure continues that run (read back, not trained again: its metrics are
   # untouched) for --seeds=1 of its --pretrain_seeds=0,1, with the LSTM and the pre-training's
   # batch in the pilot and continuation runs, and measures seed 1 from the pre-trained model.

@@ -1432,6 +1432,70 @@ def _mlm_sanity_task(d, task, s):
              "probe settings (chosen on valid)", "feature rank (of width)"], rows)
 
 
+def _adamw_steps(d):
+  """The AdamW pre-training's steps of a training figure file (its `adamw` row), where its
+  step-0 points were measured."""
+  (row,) = [r for r in d["rows"] if r.get("phase") == "adamw"]
+  return row["config"]["train"]["num_steps"]
+
+
+def pcfg_budget(short, long_, task="C"):
+  """The PCFG encoders of two pre-training budgets, seed by seed (issue 34): `short` a training
+  figure file (its step-0 points: the AdamW run's end), `long_` a pretrained figure file of the
+  same seeds and probe protocol. Returns ({seed: (gap_short, probe_short, gap_long, probe_long,
+  random_init)}, the long budget's probe against the short one's (paired sign flip over the
+  seeds), the random init's against the long budget's (the same))."""
+  first = {p["seed"]: p for p in short["points"] if p.get("sgd_step", 0) == 0}
+  last = {p["seed"]: p for p in long_["points"]}
+  seeds = sorted(set(first) & set(last))
+  inits = long_["sanity"][task]["random_init"]
+  rows = {s: (first[s]["valid_gap"], first[s]["probe"][task]["test_acc_mean"],
+              last[s]["valid_gap"], last[s]["probe"][task]["test_acc_mean"],
+              inits[str(s)]["test_acc_mean"]) for s in seeds}
+  longer = stats.paired_compare([r[3] for r in rows.values()], [r[1] for r in rows.values()])
+  to_init = stats.paired_compare([r[4] for r in rows.values()], [r[3] for r in rows.values()])
+  return rows, longer, to_init
+
+
+@table("pcfg_probe_by_budget")
+def _pcfg_probe_by_budget(R, short, long_, task="C"):
+  """pcfg_budget as a table: per seed the valid gap and task probe at both budgets and the
+  random init's probe, then the paired tests."""
+  a, b = R.load(f"{MLM}/{short}"), R.load(f"{MLM}/{long_}")
+  rows, longer, to_init = pcfg_budget(a, b, task)
+  na, nb = _adamw_steps(a), b["config"]["train"]["num_steps"]
+  out = [[str(s), f(r[0], 3), f"{100 * r[1]:.2f}", f(r[2], 3), f"{100 * r[3]:.2f}",
+          f"{100 * r[4]:.2f}"] for s, r in rows.items()]
+  table_ = md(["model seed", f"valid gap, {na} steps", f"task {task} probe %, {na} steps",
+               f"valid gap, {nb} steps", f"task {task} probe %, {nb} steps",
+               "random init probe %"], out)
+  tests = md(["comparison", "difference (points)", "p (paired sign flip)", "over"],
+             [[f"{nb} steps - {na} steps", f"{100 * longer['diff']:+.2f}", p_note(longer),
+               f"{longer['n']} models ({longer['n_up']} up)"],
+              [f"random init - {nb} steps", f"{100 * to_init['diff']:+.2f}", p_note(to_init),
+               f"{to_init['n']} models ({to_init['n_up']} with the init above)"]])
+  return table_ + "\n\n" + tests
+
+
+@table("pcfg_budget_sentence")
+def _pcfg_budget_sentence(R, short, long_, task="C"):
+  """pcfg_budget's reading, its words decided by the numbers: whether the longer budget's
+  probe is above or below the shorter's in how many models, and where the random init is."""
+  a, b = R.load(f"{MLM}/{short}"), R.load(f"{MLM}/{long_}")
+  rows, longer, to_init = pcfg_budget(a, b, task)
+  na, nb = _adamw_steps(a), b["config"]["train"]["num_steps"]
+  gaps = [r[0] for r in rows.values()], [r[2] for r in rows.values()]
+  n = longer["n"]
+  word = "lower" if longer["diff"] < 0 else "higher"
+  count = longer["n_down"] if longer["diff"] < 0 else longer["n_up"]
+  above = sum(r[3] > r[4] for r in rows.values())
+  return (f"With {nb} steps the valid gap falls from {statistics.fmean(gaps[0]):.3f} to "
+          f"{statistics.fmean(gaps[1]):.3f} nats (means over the {n} models), and the task-{task} "
+          f"probe is {word}, by {100 * abs(longer['diff']):.2f} points ({count} of {n} models; "
+          f"paired sign flip p = {p_note(longer)}); {above} of {n} models probe above their "
+          f"random init at {nb} steps.")
+
+
 @table("mlm_vs_random_init")
 def _mlm_vs_random_init(R, rel):
   """The trained models' probe against their random inits (comparison.vs_random_init)."""

@@ -681,3 +681,33 @@ def test_the_sharp_size_sentences_hold():
   # the natural larger models, grown into their own architecture, are measured as themselves
   for s in seeds:
     assert ge[equal, s]["trace_b1"] == pytest.approx(by[equal, s]["trace_b1"])
+
+
+def test_the_pcfg_budget_sentences_hold():
+  """The seed-002 page's PCFG budget paragraph, recomputed from the two committed files: the
+  same three seeds, the same random inits at both budgets (the same architecture and seeds,
+  probed on the same splits), every model's probe lower at 12,000 steps than at 3000 and below
+  its random init at both, the valid gap lower at 12,000 in every model; the paired tests
+  against `stats.paired_compare` on those numbers; the lookup table above every model."""
+  res = os.path.join(ROOT, report.RESULTS, "mlm_flatness")
+  a = json.load(open(os.path.join(res, "training_pcfg.json")))
+  b = json.load(open(os.path.join(res, "pcfg_12k", "pretrained_pcfg.json")))
+  rows, longer, to_init = report.pcfg_budget(a, b)
+  assert sorted(rows) == [0, 1, 2] and b["config"]["train"]["num_steps"] == 12000
+  assert report._adamw_steps(a) == 3000
+  for s in rows:
+    short = next(p for p in a["points"] if p["seed"] == s and p["sgd_step"] == 0)
+    long_ = next(p for p in b["points"] if p["seed"] == s)
+    init_a = a["sanity"]["C"]["random_init"][str(s)]["test_acc_mean"]
+    init_b = b["sanity"]["C"]["random_init"][str(s)]["test_acc_mean"]
+    assert init_a == pytest.approx(init_b, abs=1e-6)
+    pa, pb = short["probe"]["C"]["test_acc_mean"], long_["probe"]["C"]["test_acc_mean"]
+    assert rows[s] == (short["valid_gap"], pa, long_["valid_gap"], pb, init_b)
+    assert pb < pa < init_b and long_["valid_gap"] < short["valid_gap"]
+    assert b["sanity"]["C"]["lookup_table"]["test_acc_mean"] > max(pa, pb)
+  assert longer == stats.paired_compare([r[3] for r in rows.values()], [r[1] for r in rows.values()])
+  assert longer["n_down"] == 3 and to_init["n_up"] == 3
+  text = " ".join(open(os.path.join(DOCS, "seed002_flatness.md")).read().split())
+  for phrase in ("the task-C probe is lower, by", "0 of 3 models probe above their random init",
+                 "as the loss falls it moves away from the random init, not towards it"):
+    assert phrase in text, phrase

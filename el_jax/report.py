@@ -1342,12 +1342,13 @@ def _mlm_sizes_claim(R, rel, size, quantity):
   word is decided by its test: "higher (+1.23 points, p = 0.0022, Holm 0.0087)", "lower ...",
   or "not told apart ..." at (Holm) p >= 0.05; `quantity` valid_mlm_loss, trace_b1,
   trace_hutchinson or probe:<task> (in points)."""
-  c = R.load(f"{MLM}/{rel}")["comparison"]["vs_first"][size][quantity.replace(":", " ")]
+  comp = R.load(f"{MLM}/{rel}")["comparison"]
+  c = comp["vs_first"][size][quantity.replace(":", " ")]
   k, unit, dg = ((100, " points", 2) if quantity.startswith("probe") else
                  (1, " nats", 4) if quantity == "valid_mlm_loss" else (1, "", 1))
   p = c.get("p_holm", c["p_value"])
   word = ("higher" if c["diff"] > 0 else "lower") if p < 0.05 else "not told apart"
-  holm = f", Holm {p_note(c, 'p_holm')}" if "p_holm" in c else ""
+  holm = f", Holm {p_note(c, 'p_holm', comp['holm_family'])}" if "p_holm" in c else ""
   return f"{word} ({k * c['diff']:+.{dg}f}{unit}, p = {p_note(c)}{holm})"
 
 

@@ -129,7 +129,8 @@ Figs. 1 / 3 14-18 min per language and seed (41 min for the HMM with --seeds=0,1
 with --sgd_steps=12000 --every=3000 --fine_tune_seeds=0,1 --fine_tune_epochs=5; Fig. 1 with
 --continue_with=adamw --continue_steps=9000 --every=2250 and the same seeds and fine-tuning
 131 min beside other jobs; the LSTM command above 96 min), Fig. 2
-82 min, Fig. 5 6.4 min. Command: `python experiments/mlm_flatness.py --figure=training --language=hmm`.
+82 min, Fig. 5 6.4 min (the init-0.1 commands above: 34 min with the 1000-step runs' 15 min of
+training, then 3.5 min). Command: `python experiments/mlm_flatness.py --figure=training --language=hmm`.
 """
 import argparse
 import json

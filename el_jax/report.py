@@ -1407,11 +1407,13 @@ def _mlm_sanity_task(d, task, s):
                      "chosen on valid per model",
                      f"{statistics.fmean(r['feature_rank'] for r in rs):.0f} of "
                      f"{rs[0]['num_features']}"])
-  for k, r in ({} if by else s["random_init"]).items():
-    rows.append(probe_row(f"random init ({'size ' if sized else 'model seed '}{k}) probe", r))
+  else:
+    for k, r in s["random_init"].items():
+      rows.append(probe_row(f"random init ({'size ' if sized else 'model seed '}{k}) probe", r))
   if sized:
-    for p in ([] if by else d["points"]):
-      rows.append(probe_row(f"trained, size {p['size']} probe", p["probe"][task]))
+    if not by:
+      for p in d["points"]:
+        rows.append(probe_row(f"trained, size {p['size']} probe", p["probe"][task]))
   else:
     # training: the continuation's steps; pretrained: the end of the AdamW pre-training
     key = ("step" if d["figure"] == "pretrained"
@@ -1458,13 +1460,17 @@ def pcfg_budget(short, long_, task="C"):
   return rows, longer, to_init
 
 
+def _pcfg_budget_files(R, short, long_, task):
+  """pcfg_budget of two mlm_flatness files, with the two budgets' steps."""
+  a, b = R.load(f"{MLM}/{short}"), R.load(f"{MLM}/{long_}")
+  return (*pcfg_budget(a, b, task), _adamw_steps(a), b["config"]["train"]["num_steps"])
+
+
 @table("pcfg_probe_by_budget")
 def _pcfg_probe_by_budget(R, short, long_, task="C"):
   """pcfg_budget as a table: per seed the valid gap and task probe at both budgets and the
   random init's probe, then the paired tests."""
-  a, b = R.load(f"{MLM}/{short}"), R.load(f"{MLM}/{long_}")
-  rows, longer, to_init = pcfg_budget(a, b, task)
-  na, nb = _adamw_steps(a), b["config"]["train"]["num_steps"]
+  rows, longer, to_init, na, nb = _pcfg_budget_files(R, short, long_, task)
   out = [[str(s), f(r[0], 3), f"{100 * r[1]:.2f}", f(r[2], 3), f"{100 * r[3]:.2f}",
           f"{100 * r[4]:.2f}"] for s, r in rows.items()]
   table_ = md(["model seed", f"valid gap, {na} steps", f"task {task} probe %, {na} steps",
@@ -1482,9 +1488,7 @@ def _pcfg_probe_by_budget(R, short, long_, task="C"):
 def _pcfg_budget_sentence(R, short, long_, task="C"):
   """pcfg_budget's reading, its words decided by the numbers: whether the longer budget's
   probe is above or below the shorter's in how many models, and where the random init is."""
-  a, b = R.load(f"{MLM}/{short}"), R.load(f"{MLM}/{long_}")
-  rows, longer, to_init = pcfg_budget(a, b, task)
-  na, nb = _adamw_steps(a), b["config"]["train"]["num_steps"]
+  rows, longer, _, na, nb = _pcfg_budget_files(R, short, long_, task)
   gaps = [r[0] for r in rows.values()], [r[2] for r in rows.values()]
   n = longer["n"]
   word = "lower" if longer["diff"] < 0 else "higher"

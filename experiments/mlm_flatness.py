@@ -602,10 +602,15 @@ def figure_size(language, args, path, embedded=False):
   # files written before --seeds) or "<size> seed <seed>".
   def key(s, seed):
     return s if len(seeds) == 1 else f"{s} seed {seed}"
-  sanity = None
+  # Sizes of one architecture (e.g. 128/2/4/512 and 128/2/4/512@1000) share their random
+  # inits: measured once.
+  sanity, by_arch = None, {}
   for s, (cfg, _) in runs.items():
-    m = _measurer(cfg, args, language)
-    r = m.sanity(seeds, language_rows=sanity is None)
+    arch = json.dumps(cfg.model.to_dict(), sort_keys=True)
+    if arch not in by_arch:
+      m = _measurer(cfg, args, language)
+      by_arch[arch] = m.sanity(seeds, language_rows=sanity is None)
+    r = by_arch[arch]
     if sanity is None:
       sanity = {task: {**row, "random_init": {}} for task, row in r.items()}
     for task, row in r.items():

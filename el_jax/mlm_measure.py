@@ -224,7 +224,8 @@ class Measurer:
     `probes` / `fine_tunes` (issue 34): {task: {"num_test", "majority" (accuracy of the most
     frequent training label), "bayes" (`downstream.bayes_accuracy`), for HMM tasks
     "block_majority" and "context_value" (`downstream.block_majority_accuracy`,
-    `downstream.hmm_context_value`), "lookup_table" (the probe
+    `downstream.hmm_context_value`), for PCFG tasks "words" (the probe on the one-hot words,
+    `downstream.word_features`), "lookup_table" (the probe
     on the exact conditionals, `downstream.lookup_table_features`), "random_init" ({seed: the
     probe on the model seed's initialisation}), and with `fine_tune` "fine_tune_random_init"
     ({seed: fine-tuning from that initialisation})}}. A trained model's probe is only
@@ -245,6 +246,9 @@ class Measurer:
         if ds.name.startswith("hmm_task"):  # what the block alone gives, in probe and in loss
           row["block_majority"] = downstream.block_majority_accuracy(self.language, ds)
           row["context_value"] = downstream.hmm_context_value(self.language, ds)
+        if ds.name.startswith("pcfg_"):  # the words alone: what a random init keeps
+          row["words"] = self.probe_features(
+              ds, lambda sp: downstream.word_features(ds.vocab_size, sp.tokens, sp.lengths))
         if lookup:
           row["lookup_table"] = self.probe_features(
               ds, lambda sp: downstream.lookup_table_features(self.language, sp.tokens,
@@ -323,14 +327,17 @@ def run_prefix(language, hmm):
 
 def parse_pretrain(text):
   """--pretrain's overrides of the AdamW pre-training run: "key=value,key=value" with dotted
-  config keys (train.*, optim.*, model.*) -> {key: int | float | str}."""
+  config keys (train.*, optim.*, model.*, and data.masking: the masking scheme, the one data
+  field that leaves the language, hence the probe's tasks, unchanged) -> {key: int | float |
+  str}."""
   out = {}
   for item in (x.strip() for x in text.split(",") if x.strip()):
     key, eq, value = item.partition("=")
     if not eq or not key.strip() or not value.strip():
       raise ValueError(f"--pretrain: {item!r} is not key=value (e.g. train.num_steps=6000)")
-    if key.split(".")[0] not in ("train", "optim", "model"):
-      raise ValueError(f"--pretrain: {key!r} is not a train.*, optim.* or model.* field")
+    if key.split(".")[0] not in ("train", "optim", "model") and key.strip() != "data.masking":
+      raise ValueError(f"--pretrain: {key!r} is not a train.*, optim.* or model.* field, nor "
+                       f"data.masking (another data.* field would change the language)")
     for cast in (int, float, str):
       try:
         out[key.strip()] = cast(value.strip())
@@ -342,9 +349,11 @@ def parse_pretrain(text):
 
 def pretrain_suffix(extra):
   """The run labels' suffix of --pretrain's overrides `extra`: "" without, "_pretrain" with,
-  plus "_<preset>" when they set model.preset (another architecture: runs of its own) and
-  "_init<std>" when they set model.init_std (another initialisation)."""
+  plus "_<preset>" when they set model.preset (another architecture: runs of its own),
+  "_init<std>" when they set model.init_std (another initialisation) and "_<masking>" when
+  they set data.masking (another objective)."""
   if not extra:
     return ""
   return ("_pretrain" + (f"_{extra['model.preset']}" if "model.preset" in extra else "")
-          + (f"_init{extra['model.init_std']}" if "model.init_std" in extra else ""))
+          + (f"_init{extra['model.init_std']}" if "model.init_std" in extra else "")
+          + (f"_{extra['data.masking']}" if "data.masking" in extra else ""))

@@ -1370,7 +1370,8 @@ def _chosen(r):
 def _mlm_sanity(R, rel):
   """The sanity rows of an mlm_flatness file's probe (and fine-tuning) table (issue 34), on the
   same test split and with the same protocol: majority class, (HMM) the block alone, the Bayes
-  classifier, the lookup table's probe, each random init's probe, then the trained models'
+  classifier, the lookup table's probe, (PCFG, where recorded) the words alone, each random
+  init's probe, then the trained models'
   (the first and last point of each model seed, or each size); with each probe's
   hyperparameters chosen on valid and its features' numerical rank."""
   d = R.load(f"{MLM}/{rel}")
@@ -1395,6 +1396,8 @@ def _mlm_sanity_task(d, task, s):
                  f"{100 * s['block_majority']:.2f}", "-", "-"])
   rows += [[bayes, f"{100 * s['bayes']:.2f}", "-", "-"],
            probe_row("lookup table (exact conditionals) probe", s["lookup_table"])]
+  if "words" in s:
+    rows.append(probe_row("the words alone (one-hot word at each position) probe", s["words"]))
   sized = d["figure"] in ("size", "embedded")
   by = _sizes_by_models(d) if sized else None
   if by:  # one row per size: mean (std over its models), the settings chosen per model
@@ -1499,6 +1502,76 @@ def _pcfg_budget_sentence(R, short, long_, task="C"):
           f"probe is {word}, by {100 * abs(longer['diff']):.2f} points ({count} of {n} models; "
           f"paired sign flip p = {p_note(longer)}); {above} of {n} models probe above their "
           f"random init at {nb} steps.")
+
+
+def pcfg_masking(one, bert):
+  """Two pretrained figure files of the same seeds, probe protocol and tasks that differ in the
+  pre-training's masking (`one`: one MASK per sentence; `bert`: BERT masking), seed by seed
+  (issue 34). Returns {quantity: (one-mask values, BERT values, random inits or None, the BERT
+  models against the one-mask ones (paired by model seed: the same init and data order, a
+  sign flip))} for "valid gap" and each task's probe. Both files must hold the same random
+  inits (the masking does not change the initialisation): a mismatch is an error."""
+  a = {p["seed"]: p for p in one["points"]}
+  b = {p["seed"]: p for p in bert["points"]}
+  seeds = sorted(set(a) & set(b))
+  if len(seeds) < 2:
+    raise ValueError(f"pcfg_masking needs >= 2 model seeds in both files, got {seeds}")
+  out = {"valid gap": ([a[s]["valid_gap"] for s in seeds], [b[s]["valid_gap"] for s in seeds],
+                       None)}
+  for task, row in one["sanity"].items():
+    inits = [row["random_init"][str(s)]["test_acc_mean"] for s in seeds]
+    other = [bert["sanity"][task]["random_init"][str(s)]["test_acc_mean"] for s in seeds]
+    if any(abs(u - v) > 1e-6 for u, v in zip(inits, other)):
+      raise ValueError(f"task {task}: the two files' random inits differ ({inits} vs {other}): "
+                       f"not the same models' initialisations")
+    out[f"task {task}"] = ([a[s]["probe"][task]["test_acc_mean"] for s in seeds],
+                           [b[s]["probe"][task]["test_acc_mean"] for s in seeds], inits)
+  return {q: (x, y, i, stats.paired_compare(y, x)) for q, (x, y, i) in out.items()}, seeds
+
+
+def _pcfg_masking_files(R, one, bert):
+  return pcfg_masking(R.load(f"{MLM}/{one}"), R.load(f"{MLM}/{bert}"))
+
+
+def _above(xs, inits):
+  return sum(x > i for x, i in zip(xs, inits))
+
+
+@table("pcfg_masking")
+def _pcfg_masking(R, one, bert):
+  """pcfg_masking as a table: per task the two maskings' probes (mean (std) over the models),
+  their random inits, how many models of each probe above their own init, and BERT - one
+  mask paired by model seed; the valid gap first (do the two compare at equal loss?)."""
+  rows_, seeds = _pcfg_masking_files(R, one, bert)
+  n = len(seeds)
+  out = []
+  for q, (x, y, inits, c) in rows_.items():
+    k, d = (1, 3) if inits is None else (100, 2)
+    out.append([q + (" (nats)" if inits is None else " probe %"), _spread(x, d, k),
+                _spread(y, d, k), "-" if inits is None else _spread(inits, d, k),
+                "-" if inits is None else f"{_above(x, inits)} of {n}",
+                "-" if inits is None else f"{_above(y, inits)} of {n}",
+                f"{k * c['diff']:+.{d}f}", p_note(c), f"{c['n_up']} up, {c['n_down']} down"])
+  return md(["quantity", "one mask (mean (std))", "BERT masking (mean (std))",
+             "random init", "one mask above its init", "BERT above its init",
+             "BERT - one mask", "p (paired by model seed, sign flip)", "models"], out)
+
+
+@table("pcfg_masking_sentence")
+def _pcfg_masking_sentence(R, one, bert):
+  """pcfg_masking's reading per task, its words decided by the numbers: how many BERT-masked
+  and one-mask models probe above their random inits, and by how much on average."""
+  rows_, seeds = _pcfg_masking_files(R, one, bert)
+  n, parts = len(seeds), []
+  for q, (x, y, inits, _) in rows_.items():
+    if inits is None:
+      continue
+    dy = 100 * statistics.fmean(a - b for a, b in zip(y, inits))
+    dx = 100 * statistics.fmean(a - b for a, b in zip(x, inits))
+    parts.append(f"{q}: BERT-masked models above their random init in {_above(y, inits)} of "
+                 f"{n} ({dy:+.2f} points on average), one-mask models in {_above(x, inits)} of "
+                 f"{n} ({dx:+.2f})")
+  return "; ".join(parts) + "."
 
 
 @table("mlm_vs_random_init")

@@ -12,6 +12,8 @@ r"""Seed 002, Figures 1 / 3, 2 and 5: flatness and transfer of MLM models at equ
       --seeds=0,1 --pretrain=train.batch_size=256,train.num_steps=3000,optim.lr=0.002,\
 optim.warmup_steps=300
       # does the probe see what pre-training learned? (issue 34)
+  python experiments/mlm_flatness.py --figure=pretrained --language=pcfg --seeds=0,1,2 \
+      --tasks=A,B,C --pretrain=data.masking=bert   # the PCFG's tasks under BERT masking
 
 Every model is trained as a run of an `el_jax.grid.Grid` on configs/pcfg_mlm.py or
 configs/hmm_mlm.py, in --runs/<label> (finished runs there are reused), and
@@ -474,10 +476,10 @@ def add_pretraining(g, language, args, seeds):
 
 def carried_overrides(extra):
   """What a continuation (and its pilot) keeps of --pretrain's overrides: the model.* items
-  (it restores that architecture) and train.batch_size (the same batch as the pre-training);
-  its optimizer, steps and schedule are its own."""
+  (it restores that architecture), train.batch_size and data.masking (the same batch and
+  objective as the pre-training); its optimizer, steps and schedule are its own."""
   return {k: v for k, v in extra.items()
-          if k.startswith("model.") or k == "train.batch_size"}
+          if k.startswith("model.") or k in ("train.batch_size", "data.masking")}
 
 
 def figure_pretrained(language, args, path):

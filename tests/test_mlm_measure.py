@@ -149,3 +149,33 @@ def test_probe_cache_returns_the_stored_result_for_the_same_inputs_only(tmp_path
     f.write_text('{"test_acc": [0.5')
   with pytest.raises(wd.WorkdirError, match=r"probes/[0-9a-f]{64}\.json is damaged.*cached probe"):
     m2.probes(g, m2.random_init_params(0))
+
+
+def test_pcfg_sanity_rows_hold_the_words_alone(tmp_path, monkeypatch):
+  """PCFG tasks get a "words" sanity row: the same probe on the one-hot words
+  (`downstream.word_features`, T x V features), what a random init keeps by keeping the words
+  (issue 34); HMM tasks have the block rows instead."""
+  from el_jax.data import downstream
+  monkeypatch.setenv("EL_JAX_CACHE", str(tmp_path / "cache"))
+  cfg = runner.get_config("pcfg_mlm", "test", {"seeds": (0,)})
+  m = mlm_measure.Measurer(cfg, mlm_measure.Settings(**SMALL, flat_inputs=4, flat_reps=2),
+                           "pcfg")
+  row = m.sanity((0,))["C"]
+  ds = m.tasks["C"]
+  assert row["words"]["num_features"] == ds.seq_len * ds.vocab_size
+  want = m.probe_features(ds, lambda sp: downstream.word_features(ds.vocab_size, sp.tokens,
+                                                                   sp.lengths))
+  assert row["words"]["test_acc"] == want["test_acc"]
+  assert "block_majority" not in row
+
+
+def test_pretrain_overrides_take_the_masking_and_name_its_runs():
+  """--pretrain takes data.masking (the objective; the language and so the probe's tasks stay)
+  and names the run after it; any other data.* field is refused with what is allowed."""
+  extra = mlm_measure.parse_pretrain("data.masking=bert,train.num_steps=30")
+  assert extra == {"data.masking": "bert", "train.num_steps": 30}
+  assert mlm_measure.pretrain_suffix(extra) == "_pretrain_bert"
+  assert mlm_measure.pretrain_suffix({"model.init_std": 0.1, "data.masking": "one"}) == \
+      "_pretrain_init0.1_one"
+  with pytest.raises(ValueError, match=r"'data.max_len_tokens' is not a train.*nor data.masking"):
+    mlm_measure.parse_pretrain("data.max_len_tokens=8")

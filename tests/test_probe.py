@@ -321,6 +321,25 @@ def test_lookup_table_features(grammar, hmm):
     downstream.lookup_table_features(hmm, h.train.tokens, h.train.lengths[:3])
 
 
+def test_word_features_are_the_one_hot_words_by_position(grammar):
+  """The words-alone representation against a loop over sentences and positions; padding is
+  zeros; a word outside the vocabulary inside the real length is an error."""
+  data = downstream.pcfg_task(grammar, "C", 25, 5, 5, seed=4, seq_len=18)
+  d, v = data.train, grammar.vocab_size
+  feats = downstream.word_features(v, d.tokens, d.lengths)
+  want = np.zeros((25, 18 * v), np.float32)
+  for i in range(25):
+    for t in range(int(d.lengths[i])):
+      want[i, t * v + int(d.tokens[i, t])] = 1.0
+  np.testing.assert_array_equal(feats, want)
+  bad = d.tokens.copy()
+  bad[3, 1] = v
+  with pytest.raises(ValueError, match=rf"outside 0..{v - 1}"):
+    downstream.word_features(v, bad, d.lengths)
+  with pytest.raises(ValueError, match="lengths must be integers in 1..T=18"):
+    downstream.word_features(v, d.tokens, np.full(25, 19))
+
+
 def test_downstream_cache_roundtrip_and_damage(hmm, tmp_path, capsys):
   folder = tmp_path / "dcache"
   a = downstream.hmm_task(hmm, 2, 20, 5, 5, seed=9, length=5, cache=str(folder))

@@ -370,6 +370,31 @@ def lookup_table_features(lang, tokens, lengths):
   return out.reshape(n, t * v)
 
 
+def word_features(vocab_size, tokens, lengths):
+  """The words themselves as a representation: [N, T * V] float32, the concatenation over
+  positions t = 0..T-1 of the one-hot of word x_t (V = `vocab_size` words); zeros at
+  t >= lengths[i]. A linear probe on it reads each position's word and nothing of how the
+  words combine: what an encoder that passes its embeddings through unchanged can offer, and
+  the row that says how much of a task a random initialisation keeps by keeping the words.
+  Raises ValueError on shape mismatches or a word outside 0..V-1 inside the real length."""
+  tokens = np.asarray(tokens)
+  lengths = np.asarray(lengths)
+  if tokens.ndim != 2 or lengths.shape != tokens.shape[:1] or tokens.shape[0] == 0:
+    raise ValueError(f"tokens must be [N, T] with N >= 1 and lengths [N], got shapes "
+                     f"{tokens.shape} and {lengths.shape}")
+  n, t = tokens.shape
+  if not np.issubdtype(lengths.dtype, np.integer) or lengths.min() < 1 or lengths.max() > t:
+    raise ValueError(f"lengths must be integers in 1..T={t}, got min {lengths.min()}, "
+                     f"max {lengths.max()}")
+  real = np.arange(t)[None, :] < lengths[:, None]
+  if np.any((tokens < 0) & real) or np.any((tokens >= vocab_size) & real):
+    raise ValueError(f"a word inside the real length is outside 0..{vocab_size - 1}")
+  out = np.zeros((n, t, vocab_size), np.float32)
+  rows, cols = np.nonzero(real)
+  out[rows, cols, tokens[rows, cols]] = 1.0
+  return out.reshape(n, t * vocab_size)
+
+
 # ------------------------------------------------------- Bayes accuracy
 def bayes_predictions(lang, data, split="test"):
   """[N] the Bayes classifier's labels for `split` of a downstream task `data` of `lang`.

@@ -10,13 +10,20 @@ with `model.doc_mask=True` no real token attends to padding.
 
 Training batches (`train.batch_size` sentences, `base.step_indices`; the
 masks drawn from a generator keyed on (data seed, model seed, step)):
-  masking = "one"   the paper's: one uniformly chosen real position per
-                    sentence is replaced by MASK and scored;
+  masking = "one"   the paper's Sec. 3 setup ("for simplicity, we only consider
+                    masking out one token"): one uniformly chosen real position
+                    per sentence is replaced by MASK and scored;
   masking = "bert"  each real position is chosen with probability 0.15 (at
                     least one per sentence: a sentence with none gets one
                     uniform position); chosen positions become MASK (80%), a
                     uniform random terminal (10%) or stay (10%); all chosen
-                    positions are scored.
+                    positions are scored. The reference repository pre-trains
+                    with BERT masking (its README: generate_samples.py
+                    --masked_lm_prob 0.15 --max_predictions_per_seq 5). A
+                    scored position that stays unchanged (or holds a random
+                    word) asks the model to keep, at every position, the
+                    word there; "one" scores only the MASK position, so
+                    nothing asks an encoder to keep the other words.
 The targets are the original tokens; `loss_mask` (and the one group's
 `mask_masked`) is 1 at the chosen positions.
 

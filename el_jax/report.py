@@ -1579,12 +1579,17 @@ def _mlm_vs_random_init(R, rel):
   """The trained models' probe against their random inits (comparison.vs_random_init)."""
   d = R.load(f"{MLM}/{rel}")
   rows = []
+  tests = {"unpaired" if "n_a" in c else "paired"
+           for c in d["comparison"]["vs_random_init"].values()}
   for task, c in d["comparison"]["vs_random_init"].items():
     rows.append([f"task {task} probe: trained - random init",
                  f"{100 * c['mean_b']:.2f} -> {100 * c['mean_a']:.2f}", f"{100 * c['diff']:+.2f}",
                  p_note(c), f"{c['trained_above_random_in']} of {len(c['keys'])}",
                  f"{_design(c)}: {c['over']}"])
-  return md(["comparison", "random init -> trained", "difference", "p (pairs: sign flip)",
+  p_head = {frozenset({"paired"}): "p (pairs: sign flip)",
+            frozenset({"unpaired"}): "p (permutation over probe seeds)"}.get(
+                frozenset(tests), "p (pairs: sign flip; one model: permutation)")
+  return md(["comparison", "random init -> trained", "difference", p_head,
              "trained above its random init in", "over"], rows)
 
 

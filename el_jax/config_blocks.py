@@ -161,7 +161,7 @@ def mlm(arg, language, *, num_layers, num_heads, embed_dim, mlp_dim):
   c.data.num_valid = 10_000  # fixed validation sentences with exact conditionals (choose hyperparameters here)
   c.data.num_test = 10_000  # fixed test sentences with exact conditionals
   c.data.data_seed = 0  # seed of the sampled corpus and of the fixed evaluation masks
-  c.data.masking = "one"  # "one" (the paper's Sec. 3 setup, one position per sentence "for simplicity") | "bert" (15%, 80/10/10: the reference repository pre-trains with --masked_lm_prob 0.15)
+  c.data.masking = "one"  # "one" (paper Sec. 3's setup: one position a sentence) | "bert" (15%, 80/10/10: the reference repo's)
   c.data.cache_dir = ""  # folder of the cached corpus ("" = $EL_JAX_CACHE/mlm or ~/.cache/el_jax/mlm)
 
   c.model = ml_collections.ConfigDict()

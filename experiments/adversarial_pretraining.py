@@ -498,8 +498,8 @@ def main(argv=None):
                   help="the HMM's variant, as experiments/mlm_flatness.py's --hmm")
   ap.add_argument("--pretrain", default="",
                   help="overrides of both arms' pre-training, key=value,... (train.*, optim.*, "
-                       "model.*), as experiments/mlm_flatness.py's --pretrain: with the same "
-                       "--runs its finished normal run is reused")
+                       "model.*, data.masking), as experiments/mlm_flatness.py's --pretrain: "
+                       "with the same --runs its finished normal run is reused")
   ap.add_argument("--normal_seeds", default="",
                   help="model seeds of the normal run (default --seeds; a superset reuses a "
                        "finished run of more seeds, the pairs are --seeds)")

@@ -827,10 +827,11 @@ def main(argv=None):
   ap.add_argument("--pretrain", default="",
                   help="pretrained figure (and Figures 2 / 5: every size's run): overrides of "
                        "the AdamW pre-training, comma-separated "
-                       "key=value (train.* / optim.* / model.*), e.g. train.batch_size=256,"
-                       "train.num_steps=6000,optim.lr=0.002 (its run is named apart); "
-                       "training figure: the run continued (its model.* and train.batch_size "
-                       "also the continuation's)")
+                       "key=value (train.* / optim.* / model.* / data.masking), e.g. "
+                       "train.batch_size=256,train.num_steps=6000,optim.lr=0.002 (its run is "
+                       "named apart; the steps are not in the name); training figure: the run "
+                       "continued (its model.*, train.batch_size and data.masking also the "
+                       "continuation's)")
   ap.add_argument("--pretrain_seeds", default="",
                   help="training figure: the model seeds of the pre-training run, a superset "
                        "of --seeds (\"\" = --seeds), e.g. 0,1,2,3,4,5 to reuse the six-model "

@@ -770,7 +770,8 @@ def test_the_pcfg_masking_sentences_hold():
   # the one-model pilot at 12,000 steps: a lower gap than its 3000-step self; above its init
   # on tasks A and B beyond its probe seeds' spread, below it on task C
   pilot = json.load(open(os.path.join(res, "pcfg_bert_12k", "pretrained_pcfg.json")))
-  assert [p["seed"] for p in pilot["points"]] == [0] and pilot["config"]["train"]["num_steps"] == 12000
+  assert [p["seed"] for p in pilot["points"]] == [0]
+  assert pilot["config"]["train"]["num_steps"] == 12000
   assert pilot["points"][0]["valid_gap"] < bert["points"][0]["valid_gap"]
   c = pilot["comparison"]["vs_random_init"]
   assert all(c[t]["diff"] > 0 and c[t]["p_value"] < 0.05 for t in "AB") and c["C"]["diff"] < 0

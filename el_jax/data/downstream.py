@@ -331,6 +331,24 @@ def hmm_task(h, k, num_train=80000, num_valid=10000, num_test=10000, seed=0, len
 
 
 # ---------------------------------------------------------- lookup table
+def _checked_tokens(tokens, lengths):
+  """(tokens [N, T], lengths [N]) as arrays, N >= 1 and integer lengths in 1..T; ValueError
+  saying which is wrong otherwise (the features below share it)."""
+  tokens = np.asarray(tokens)
+  lengths = np.asarray(lengths)
+  if tokens.ndim != 2:
+    raise ValueError(f"tokens must be [N, T], got shape {tokens.shape}")
+  n, t = tokens.shape
+  if lengths.shape != (n,):
+    raise ValueError(f"lengths must have shape [N]=({n},), got {lengths.shape}")
+  if n == 0:
+    raise ValueError("tokens is empty (N = 0)")
+  if not np.issubdtype(lengths.dtype, np.integer) or lengths.min() < 1 or lengths.max() > t:
+    raise ValueError(f"lengths must be integers in 1..T={t}, got min {lengths.min()}, "
+                     f"max {lengths.max()}")
+  return tokens, lengths
+
+
 def lookup_table_features(lang, tokens, lengths):
   """The paper's lookup-table representation: [N, T * V] float32.
 
@@ -344,18 +362,8 @@ def lookup_table_features(lang, tokens, lengths):
   Raises ValueError on shape mismatches, out-of-range tokens inside the real
   length, or a sentence of probability 0 under `lang` (no conditional exists).
   """
-  tokens = np.asarray(tokens)
-  lengths = np.asarray(lengths)
-  if tokens.ndim != 2:
-    raise ValueError(f"tokens must be [N, T], got shape {tokens.shape}")
+  tokens, lengths = _checked_tokens(tokens, lengths)
   n, t = tokens.shape
-  if lengths.shape != (n,):
-    raise ValueError(f"lengths must have shape [N]=({n},), got {lengths.shape}")
-  if n == 0:
-    raise ValueError("tokens is empty (N = 0)")
-  if not np.issubdtype(lengths.dtype, np.integer) or lengths.min() < 1 or lengths.max() > t:
-    raise ValueError(f"lengths must be integers in 1..T={t}, got min {lengths.min()}, "
-                     f"max {lengths.max()}")
   v = lang.vocab_size
   out = np.zeros((n, t, v), np.float32)
   for length in np.unique(lengths):
@@ -377,15 +385,8 @@ def word_features(vocab_size, tokens, lengths):
   words combine: what an encoder that passes its embeddings through unchanged can offer, and
   the row that says how much of a task a random initialisation keeps by keeping the words.
   Raises ValueError on shape mismatches or a word outside 0..V-1 inside the real length."""
-  tokens = np.asarray(tokens)
-  lengths = np.asarray(lengths)
-  if tokens.ndim != 2 or lengths.shape != tokens.shape[:1] or tokens.shape[0] == 0:
-    raise ValueError(f"tokens must be [N, T] with N >= 1 and lengths [N], got shapes "
-                     f"{tokens.shape} and {lengths.shape}")
+  tokens, lengths = _checked_tokens(tokens, lengths)
   n, t = tokens.shape
-  if not np.issubdtype(lengths.dtype, np.integer) or lengths.min() < 1 or lengths.max() > t:
-    raise ValueError(f"lengths must be integers in 1..T={t}, got min {lengths.min()}, "
-                     f"max {lengths.max()}")
   real = np.arange(t)[None, :] < lengths[:, None]
   if np.any((tokens < 0) & real) or np.any((tokens >= vocab_size) & real):
     raise ValueError(f"a word inside the real length is outside 0..{vocab_size - 1}")

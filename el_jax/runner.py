@@ -24,14 +24,13 @@ import glob
 import os
 import sys
 
-import jax
-
 from el_jax import config as config_lib
 from el_jax import job
 from el_jax import metrics as metrics_lib
 from el_jax import tasks
 from el_jax.models import pretrained
 from el_jax import provenance
+from el_jax import step
 from el_jax import workdir as wd
 # The experiments' one import: config loading and statistics are re-exported from their modules.
 from el_jax.config import (apply_overrides, config_dict, config_diff, config_path,  # noqa: F401
@@ -50,7 +49,7 @@ def fit_devices(config):
   """Sets `config.num_devices` to the most local devices that split a train batch evenly."""
   task_cls = tasks.get_task_class(config.task)
   rows = task_cls.rows_per_step(config)
-  n = jax.device_count()
+  n = step.default_num_devices()
   while rows % n:  # e.g. 8 TPU cores and 4 contexts per batch -> 4 devices
     n -= 1
   config.num_devices = n

@@ -32,11 +32,19 @@ def with_attention_blocks(model_cfg, config):
       model_cfg, attention_blocks=n)
 
 
+def default_num_devices():
+  """The devices `num_devices=0` means (`make_mesh`, `runner.fit_devices`): all of them,
+  every process's (`jax.device_count()`). The test suite narrows it to one of its 8 forced
+  CPU devices (tests/conftest.py)."""
+  return jax.device_count()
+
+
 def make_mesh(num_devices=0):
-  """1-D `data` mesh over the first `num_devices` devices (0 = all). With several processes
-  (el_jax.distributed) `jax.devices()` are those of every process, and the mesh takes them all."""
+  """1-D `data` mesh over the first `num_devices` devices (0 = `default_num_devices()`, all).
+  With several processes (el_jax.distributed) `jax.devices()` are those of every process, and
+  the mesh takes them all."""
   devs = jax.devices()
-  n = num_devices or len(devs)
+  n = num_devices or default_num_devices()
   if n > len(devs):
     raise ValueError(f"num_devices={n} but only {len(devs)} devices are visible")
   if jax.process_count() > 1 and n != len(devs):

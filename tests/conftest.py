@@ -24,3 +24,28 @@ import jax  # noqa: E402
 
 jax.config.update("jax_num_cpu_devices", 8)
 jax.config.update("jax_numpy_rank_promotion", "raise")
+
+
+import pytest  # noqa: E402
+
+from el_jax import step  # noqa: E402  (after the settings above)
+
+_ALL_DEVICES = step.default_num_devices
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_default_device():
+  """`num_devices=0` (every config's default, and the device count `runner.fit_devices` fits
+  experiment grids to) means one device in the suite, not the 8 forced ones: 8 virtual devices
+  share this machine's cores and run each step's program 8 ways (a test-size bilstm trained 3x
+  slower, the encoder 1.7x). Sharding is tested where a test asks for devices by number, or
+  with the `all_devices` mark (`num_devices=0` then means all 8 again)."""
+  with pytest.MonkeyPatch.context() as mp:
+    mp.setattr(step, "default_num_devices", lambda: 1)
+    yield
+
+
+@pytest.fixture(autouse=True)
+def _all_devices_when_marked(request, monkeypatch):
+  if request.node.get_closest_marker("all_devices"):
+    monkeypatch.setattr(step, "default_num_devices", _ALL_DEVICES)

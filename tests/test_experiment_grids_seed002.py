@@ -38,30 +38,32 @@ FC_ARGV = ["--size=test", "--seeds", "0", "1", "--steps=8", "--every=8", "--prob
 
 # The pre-grid scripts' numbers with these arguments ({path in the JSON: value}), under the
 # suite's settings (tests/conftest.py), which give the same numbers on any x86-64 CPU with AVX2
-# and FMA (docs/testing.md, "Across CPUs"). Re-measured twice, nothing else moving: when the
-# suite's own process moved to LLVM optimisation level 0 (issue 24), and when it moved to the
-# cross-CPU settings (issue 34): both times the Hutchinson traces of the AdamW models (last
+# and FMA (docs/testing.md, "Across CPUs"). Re-measured three times, nothing else moving: when
+# the suite's own process moved to LLVM optimisation level 0 (issue 24), when it moved to the
+# cross-CPU settings (issue 34), and when `num_devices=0` came to mean one device instead of the
+# suite's 8 (tests/conftest.py): each time the Hutchinson traces of the AdamW models (last
 # digits of a sum of +-v'Hv terms; 1e-6 to 1e-5 relative) and the whole adversarial model,
 # whose min-max training at this size turns rounding differences into another trajectory
-# (valid loss 5.031 -> 5.035 -> 5.041; its Hutchinson trace, two probes, -36 -> -283).
+# (valid loss 5.031 -> 5.035 -> 5.041 -> 5.040; its Hutchinson trace, two probes, -36 -> -283
+# -> -228); the last time also the SGD pilots' valid losses (1e-8 relative).
 MLM_PINS = {
     ("sgd_lr",): 0.1,
     ("pilot_start_valid_loss",): 4.980695128440857,
-    ("pilot", "0.03", "valid_mlm_loss"): 4.972648236900568,
-    ("pilot", "0.1", "valid_mlm_loss"): 4.968717016279697,
+    ("pilot", "0.03", "valid_mlm_loss"): 4.972648188471794,
+    ("pilot", "0.1", "valid_mlm_loss"): 4.968717031180859,
     ("points", 0, "sgd_step"): 0,
     ("points", 0, "valid_mlm_loss"): 4.980695128440857,
     ("points", 0, "valid_gap"): 0.7790016578445433,
-    ("points", 0, "trace_b1_reps"): [47.37702178955078, 43.547871589660645],
-    ("points", 0, "trace_hutchinson"): -15.671121597290039,
-    ("points", 0, "trace_hutchinson_stderr"): 35.635928756452536,
+    ("points", 0, "trace_b1_reps"): [47.37702560424805, 43.547874450683594],
+    ("points", 0, "trace_hutchinson"): -15.671219825744629,
+    ("points", 0, "trace_hutchinson_stderr"): 35.63595380529728,
     ("points", 0, "probe", "A", "test_acc"): [0.09375, 0.3125, 0.15625, 0.09375, 0.1875],
     ("points", 1, "sgd_step"): 4,
     ("points", 1, "valid_mlm_loss"): 4.951388493180275,
     ("points", 1, "valid_gap"): 0.7496950225839614,
-    ("points", 1, "trace_b1_reps"): [43.137224197387695, 41.28598880767822],
-    ("points", 1, "trace_hutchinson"): 10.415760040283203,
-    ("points", 1, "trace_hutchinson_stderr"): 11.868420032737564,
+    ("points", 1, "trace_b1_reps"): [43.137229919433594, 41.285996437072754],
+    ("points", 1, "trace_hutchinson"): 10.415750503540039,
+    ("points", 1, "trace_hutchinson_stderr"): 11.868448960120869,
     ("points", 1, "probe", "A", "test_acc"): [0.125, 0.25, 0.1875, 0.0625, 0.21875],
     ("comparison", "trace_b1_change", "p_value"): 0.3333333333333333,
     ("comparison", "probe", "A", "p_value"): 1.0,
@@ -69,26 +71,26 @@ MLM_PINS = {
 ADV_PINS = {
     ("pilot", "chosen_weight"): 0.3,
     ("models", "adamw", "seeds", "0", "step"): 60,
-    ("models", "adamw", "seeds", "0", "valid_mlm_loss"): 5.023302439600229,
+    ("models", "adamw", "seeds", "0", "valid_mlm_loss"): 5.023302428424358,
     ("models", "adamw", "seeds", "0", "test_mlm_loss"): 4.853330694139004,
-    ("models", "adamw", "seeds", "0", "trace_b1_reps"): [68.60705280303955, 40.30649185180664],
-    ("models", "adamw", "seeds", "0", "trace_hutchinson"): -49.6217155456543,
+    ("models", "adamw", "seeds", "0", "trace_b1_reps"): [68.60705089569092, 40.30648899078369],
+    ("models", "adamw", "seeds", "0", "trace_hutchinson"): -49.621511459350586,
     ("models", "adamw", "seeds", "0", "probe", "A", "test_acc"):
         [0.15625, 0.3125, 0.15625, 0.1875, 0.125],
     ("models", "adamw", "seeds", "0", "probe", "B", "test_acc"):
         [0.0, 0.03125, 0.0625, 0.03125, 0.09375],
-    ("models", "adamw", "seeds", "0", "adversary_objective", "d2_loss_mean"): 1.1949392557144165,
+    ("models", "adamw", "seeds", "0", "adversary_objective", "d2_loss_mean"): 1.1949379444122314,
     ("models", "adversarial", "seeds", "0", "step"): 60,
-    ("models", "adversarial", "seeds", "0", "valid_mlm_loss"): 5.040861319750547,
-    ("models", "adversarial", "seeds", "0", "test_mlm_loss"): 4.977919530123472,
-    ("models", "adversarial", "seeds", "0", "trace_b1_reps"): [60.4518985748291, 81.51667213439941],
-    ("models", "adversarial", "seeds", "0", "trace_hutchinson"): -282.7029609680176,
+    ("models", "adversarial", "seeds", "0", "valid_mlm_loss"): 5.040186416357756,
+    ("models", "adversarial", "seeds", "0", "test_mlm_loss"): 4.97722190618515,
+    ("models", "adversarial", "seeds", "0", "trace_b1_reps"): [59.87552261352539, 62.51049613952637],
+    ("models", "adversarial", "seeds", "0", "trace_hutchinson"): -228.35209274291992,
     ("models", "adversarial", "seeds", "0", "probe", "A", "test_acc"):
-        [0.25, 0.03125, 0.125, 0.09375, 0.25],
+        [0.25, 0.03125, 0.1875, 0.09375, 0.25],
     ("models", "adversarial", "seeds", "0", "probe", "B", "test_acc"):
         [0.0, 0.0625, 0.0625, 0.0, 0.0625],
     ("models", "adversarial", "seeds", "0", "adversary_objective", "d2_loss_mean"):
-        1.475659430027008,
+        1.4778715372085571,
     ("lookup_table", "probe", "A", "test_acc"): [0.21875, 0.15625, 0.25, 0.25, 0.09375],
     ("lookup_table", "probe", "B", "test_acc"): [0.09375, 0.03125, 0.15625, 0.09375, 0.0625],
 }

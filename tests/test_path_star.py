@@ -415,6 +415,7 @@ def test_setup_batches_mark_the_decision_token():
   assert not np.array_equal(st.batch(1, 0)["inputs"], b["inputs"])  # model seed reorders
 
 
+@pytest.mark.all_devices  # the batch-split error names the 8 devices
 def test_config_errors_are_clear():
   from el_jax import train
   with pytest.raises(ValueError, match=r"needs degree \* \(path_len - 1\) \+ 1 = 16"):

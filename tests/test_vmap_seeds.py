@@ -158,6 +158,7 @@ def test_map_run_stopped_and_resumed_equals_sequential(map_run, reference):
   assert map_run.summary["seeds"] == list(SEEDS)
 
 
+@pytest.mark.all_devices
 def test_vmap_step_on_eight_devices_equals_sequential(reference):
   """The vmapped step with the seed axis sharded (2 seeds, 8 devices: seed 2 x data 4)."""
   assert len(jax.devices()) == 8  # tests/conftest.py

@@ -9,6 +9,8 @@ import shutil
 
 import pytest
 
+import shared_fixtures  # tests/shared_fixtures.py
+
 from el_jax import report
 from el_jax import stats
 from el_jax import workdir as wd
@@ -56,13 +58,16 @@ def test_arms_are_sized_by_what_the_collected_arms_took(tmp_path, capsys):
   assert "1000 s as the job's collected arms took on cpu: stopping" in err
 
 
-@pytest.fixture(scope="module")
-def collected(tmp_path_factory):
-  tmp = tmp_path_factory.mktemp("dq")
+def _run_and_collect(tmp):
   out, res = str(tmp / "out"), str(tmp / "results")
   files = dq.run(600, out, "test", ["copy_lc1"], res, max_seeds=3)
   report_ = dq.collect(files, res, "test")  # every test below sees the collected results
   return tmp, out, res, files, report_
+
+
+@pytest.fixture(scope="module")
+def collected(tmp_path_factory):
+  return shared_fixtures.once_per_session(tmp_path_factory, "device_queue_collected", _run_and_collect)
 
 
 def test_run_trains_the_missing_seeds_of_each_arm(collected):

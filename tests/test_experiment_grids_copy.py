@@ -15,6 +15,7 @@ from el_jax import runner
 from el_jax import stats
 import pins  # tests/pins.py
 import reliability
+import shared_fixtures  # tests/shared_fixtures.py
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 T3 = ["CE (no warmup)", "E1 + warmup, lam=1"]
@@ -45,8 +46,14 @@ def _forbidden(*a, **k):
 def ran(tmp_path_factory):
   """Both scripts at --size=test: two Table 3 runs (trained), Figure 1's k=1 runs (read back
   from Table 3's), one run of each sweep stage (read back: Table 3's CE and E1 + warmup
-  runs are the same training) and the selection; and one direct training."""
-  tmp = tmp_path_factory.mktemp("copy_grids")
+  runs are the same training) and the selection; and one direct training (once per
+  session)."""
+  suite, sweep = _script("copy_task_suite"), _script("copy_task_cpu_sweep")
+  tmp, docs, direct = shared_fixtures.once_per_session(tmp_path_factory, "copy_grids", _build)
+  return tmp, suite, sweep, docs, direct
+
+
+def _build(tmp):
   suite, sweep = _script("copy_task_suite"), _script("copy_task_cpu_sweep")
   scan, scan2 = _sweep_points(sweep)
 
@@ -82,7 +89,7 @@ def ran(tmp_path_factory):
   suite.configure(None, cfg)
   assert config_lib.config_dict(cfg) == row["config"]
   direct = job.train_and_evaluate(cfg, str(tmp / "direct"))
-  return tmp, suite, sweep, docs, grid_lib.per_seed_columns(direct["per_seed"])
+  return tmp, docs, grid_lib.per_seed_columns(direct["per_seed"])
 
 
 def _rows(doc):
@@ -172,15 +179,17 @@ def test_selection_is_the_best_validation_mean(ran):
   assert sel["chosen_overrides"] == {"loss.name": "e1", "loss.e1.lam": 1.0, "optim.warmup_steps": 4}
 
 
-def test_a_second_run_reuses_the_rows_without_training(ran, monkeypatch):
+def test_a_second_run_reuses_the_rows_without_training(ran, tmp_path, monkeypatch):
   tmp, suite, _, docs, _ = ran
 
   def forbidden(*a, **k):
     raise AssertionError("a row with an identical config was trained again")
 
+  mine = tmp_path / "copy"  # the fixture's folder is shared with the other worker: read only
+  shutil.copytree(tmp, mine)
   monkeypatch.setattr(runner, "run_or_reuse", forbidden)
   monkeypatch.setattr(job, "train_and_evaluate", forbidden)
-  doc = _in(tmp, lambda: suite.run_stage("table3", "out", size="test", labels=T3))
+  doc = _in(mine, lambda: suite.run_stage("table3", "out", size="test", labels=T3))
   assert [r["per_seed"] for r in doc["rows"]] == [r["per_seed"] for r in docs["table3"]["rows"]]
   assert doc["comparisons"] == docs["table3"]["comparisons"]
 

@@ -21,6 +21,7 @@ from el_jax import checkpoint
 from el_jax import distributed
 from el_jax import launch
 import reliability as rel
+import shared_fixtures  # tests/shared_fixtures.py
 
 COPY = "--config=configs/copy_task.py:test"
 # 4 steps, an evaluation at step 2 and at the end, checkpoints at steps 2 and 4, 1 layer.
@@ -51,8 +52,11 @@ def _finish(proc, timeout=300):
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
   """{"one": (workdir, proc), "two": (workdir, proc)}: 1 process on 1 device, and 2
-  processes on 1 device each through el_jax.launch, started together."""
-  base = tmp_path_factory.mktemp("mp")
+  processes on 1 device each through el_jax.launch, started together (once per session)."""
+  return shared_fixtures.once_per_session(tmp_path_factory, "multiprocess_runs", _run_both)
+
+
+def _run_both(base):
   one, two = base / "one", base / "two"
   p1 = _popen("el_jax.main", [COPY, f"--workdir={one}", *OVERRIDES], JAX_NUM_CPU_DEVICES=1)
   p2 = _popen("el_jax.launch", ["--num_processes=2", "--", COPY, f"--workdir={two}", *OVERRIDES])

@@ -11,7 +11,7 @@ on any x86-64 CPU with AVX2 and FMA (docs/testing.md, "Across CPUs"); the
 `adversarial_pretraining/table` rows were rewritten when the suite's own process moved to LLVM
 optimisation level 0 (issue 24), when it moved to the cross-CPU settings (issue 34) and when
 `num_devices=0` came to mean one of the suite's 8 devices, not all (tests/conftest.py), the
-only rows that moved each time, with `mlm_flatness/training`'s the last time.
+only rows that moved each time.
 """
 import json
 import os

@@ -1506,8 +1506,8 @@ def _pcfg_budget_sentence(R, short, long_, task="C"):
 
 def pcfg_masking(one, bert):
   """Two pretrained figure files of the same seeds, probe protocol and tasks that differ in the
-  pre-training's masking (`one`: one MASK per sentence; `bert`: BERT masking), seed by seed
-  (issue 34). Returns {quantity: (one-mask values, BERT values, random inits or None, the BERT
+  pre-training's masking (`one`: one MASK per sentence; `bert`: BERT masking) or, for
+  `pcfg_steps`, in its steps, seed by seed (issue 34). Returns {quantity: (one-mask values, BERT values, random inits or None, the BERT
   models against the one-mask ones (paired by model seed: the same init and data order, a
   sign flip))} for "valid gap" and each task's probe. Both files must hold the same random
   inits (the masking does not change the initialisation): a mismatch is an error."""
@@ -1537,12 +1537,10 @@ def _above(xs, inits):
   return sum(x > i for x, i in zip(xs, inits))
 
 
-@table("pcfg_masking")
-def _pcfg_masking(R, one, bert):
-  """pcfg_masking as a table: per task the two maskings' probes (mean (std) over the models),
-  their random inits, how many models of each probe above their own init, and BERT - one
-  mask paired by model seed; the valid gap first (do the two compare at equal loss?)."""
-  rows_, seeds = _pcfg_masking_files(R, one, bert)
+def _paired_pcfg_table(rows_, seeds, la, lb):
+  """pcfg_masking's rows as a table, the two files named `la` and `lb`: per task their probes
+  (mean (std) over the models), the random inits, how many models of each probe above their
+  own init, and `lb` - `la` paired by model seed; the valid gap first (equal loss?)."""
   n = len(seeds)
   out = []
   for q, (x, y, inits, c) in rows_.items():
@@ -1552,9 +1550,29 @@ def _pcfg_masking(R, one, bert):
                 "-" if inits is None else f"{_above(x, inits)} of {n}",
                 "-" if inits is None else f"{_above(y, inits)} of {n}",
                 f"{k * c['diff']:+.{d}f}", p_note(c), f"{c['n_up']} up, {c['n_down']} down"])
-  return md(["quantity", "one mask (mean (std))", "BERT masking (mean (std))",
-             "random init", "one mask above its init", "BERT above its init",
-             "BERT - one mask", "p (paired by model seed, sign flip)", "models"], out)
+  return md(["quantity", f"{la} (mean (std))", f"{lb} (mean (std))", "random init",
+             f"{la} above its init", f"{lb} above its init", f"{lb} - {la}",
+             "p (paired by model seed, sign flip)", "models"], out)
+
+
+@table("pcfg_masking")
+def _pcfg_masking(R, one, bert):
+  """pcfg_masking as a table (`_paired_pcfg_table`): one mask against BERT masking."""
+  rows_, seeds = _pcfg_masking_files(R, one, bert)
+  return _paired_pcfg_table(rows_, seeds, "one mask", "BERT masking")
+
+
+@table("pcfg_steps")
+def _pcfg_steps(R, short, long_):
+  """Two pretrained figure files of the same recipe, seeds and probes at two pre-training
+  budgets (train.num_steps), paired by model seed as pcfg_masking pairs two maskings: the
+  same initialisations (checked), so the longer run's models against the shorter's."""
+  a, b = R.load(f"{MLM}/{short}"), R.load(f"{MLM}/{long_}")
+  rows_, seeds = pcfg_masking(a, b)
+  na, nb = a["config"]["train"]["num_steps"], b["config"]["train"]["num_steps"]
+  if na == nb:
+    raise ValueError(f"pcfg_steps: both files pre-trained {na} steps")
+  return _paired_pcfg_table(rows_, seeds, f"{na} steps", f"{nb} steps")
 
 
 @table("pcfg_masking_sentence")

@@ -740,6 +740,28 @@ def test_pcfg_masking_pairs_the_two_maskings_by_model_seed():
     report.pcfg_masking(one, _masking_file([0.2], [0.3], [0.3]))
 
 
+def test_pcfg_steps_pairs_two_budgets_by_model_seed(tmp_path):
+  """pcfg_steps: pcfg_masking's pairing of two files, its columns named by each file's
+  train.num_steps, the longer minus the shorter as stats.paired_compare; the same budget in
+  both files is an error."""
+  short = _masking_file([0.25, 0.26, 0.24], [0.35, 0.33, 0.28], [0.30, 0.31, 0.29])
+  long_ = _masking_file([0.15, 0.14, 0.16], [0.36, 0.35, 0.30], [0.30, 0.31, 0.29])
+  folder = tmp_path / report.RESULTS / "mlm_flatness"
+  folder.mkdir(parents=True)
+  for name, doc, steps in (("a.json", short, 3000), ("b.json", long_, 12000),
+                           ("c.json", long_, 3000)):
+    (folder / name).write_text(json.dumps({**doc, "config": {"train": {"num_steps": steps}}}))
+  R = report.Results(str(tmp_path))
+  lines = report.TABLES["pcfg_steps"](R, "a.json", "b.json").splitlines()
+  assert lines[0].split(" | ")[1:3] == ["3000 steps (mean (std))", "12000 steps (mean (std))"]
+  want = stats.paired_compare([0.36, 0.35, 0.30], [0.35, 0.33, 0.28])
+  row = next(l for l in lines if l.startswith("| task A probe %"))
+  assert f"{100 * want['diff']:+.2f}" in row and "3 up, 0 down" in row
+  assert "| 2 of 3 | 3 of 3 |" in row  # above their inits: 3000 steps, 12000 steps
+  with pytest.raises(ValueError, match="both files pre-trained 3000 steps"):
+    report.TABLES["pcfg_steps"](R, "a.json", "c.json")
+
+
 def test_the_pcfg_masking_sentences_hold():
   """The seed-002 page's PCFG tasks / masking paragraph, recomputed from the two committed
   files (issue 34): the same seeds and random inits in both; with one mask every model below

@@ -4,6 +4,7 @@ module fixtures: the copy-task grids, the device queue's runs, the two-process r
 import fcntl
 import os
 import pickle
+import shutil
 
 
 def once_per_session(tmp_path_factory, name, build):
@@ -21,7 +22,6 @@ def once_per_session(tmp_path_factory, name, build):
     if not done.exists():
       folder = root / "work"
       if folder.exists():  # a build that raised
-        import shutil  # noqa: PLC0415 -- only after a failed build
         shutil.rmtree(folder)
       folder.mkdir()
       result = build(folder)

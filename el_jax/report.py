@@ -1507,9 +1507,9 @@ def _pcfg_budget_sentence(R, short, long_, task="C"):
 def pcfg_masking(one, bert):
   """Two pretrained figure files of the same seeds, probe protocol and tasks that differ in the
   pre-training's masking (`one`: one MASK per sentence; `bert`: BERT masking) or, for
-  `pcfg_steps`, in its steps, seed by seed (issue 34). Returns {quantity: (one-mask values, BERT values, random inits or None, the BERT
-  models against the one-mask ones (paired by model seed: the same init and data order, a
-  sign flip))} for "valid gap" and each task's probe. Both files must hold the same random
+  `pcfg_steps`, in its steps, seed by seed (issue 34). Returns {quantity: (one-mask values,
+  BERT values, random inits or None, the BERT models against the one-mask ones (paired by
+  model seed: the same init and data order, a sign flip))} for "valid gap" and each task's probe. Both files must hold the same random
   inits (the masking does not change the initialisation): a mismatch is an error."""
   a = {p["seed"]: p for p in one["points"]}
   b = {p["seed"]: p for p in bert["points"]}

@@ -1509,8 +1509,9 @@ def pcfg_masking(one, bert):
   pre-training's masking (`one`: one MASK per sentence; `bert`: BERT masking) or, for
   `pcfg_steps`, in its steps, seed by seed (issue 34). Returns {quantity: (one-mask values,
   BERT values, random inits or None, the BERT models against the one-mask ones (paired by
-  model seed: the same init and data order, a sign flip))} for "valid gap" and each task's probe. Both files must hold the same random
-  inits (the masking does not change the initialisation): a mismatch is an error."""
+  model seed: the same init and data order, a sign flip))} for "valid gap" and each task's
+  probe. Both files must hold the same random inits (the masking does not change the
+  initialisation): a mismatch is an error."""
   a = {p["seed"]: p for p in one["points"]}
   b = {p["seed"]: p for p in bert["points"]}
   seeds = sorted(set(a) & set(b))

@@ -67,7 +67,8 @@ def _run_and_collect(tmp):
 
 @pytest.fixture(scope="module")
 def collected(tmp_path_factory):
-  return shared_fixtures.once_per_session(tmp_path_factory, "device_queue_collected", _run_and_collect)
+  return shared_fixtures.once_per_session(tmp_path_factory, "device_queue_collected",
+                                          _run_and_collect)
 
 
 def test_run_trains_the_missing_seeds_of_each_arm(collected):

@@ -84,7 +84,8 @@ ADV_PINS = {
     ("models", "adversarial", "seeds", "0", "step"): 60,
     ("models", "adversarial", "seeds", "0", "valid_mlm_loss"): 5.040186416357756,
     ("models", "adversarial", "seeds", "0", "test_mlm_loss"): 4.97722190618515,
-    ("models", "adversarial", "seeds", "0", "trace_b1_reps"): [59.87552261352539, 62.51049613952637],
+    ("models", "adversarial", "seeds", "0", "trace_b1_reps"):
+        [59.87552261352539, 62.51049613952637],
     ("models", "adversarial", "seeds", "0", "trace_hutchinson"): -228.35209274291992,
     ("models", "adversarial", "seeds", "0", "probe", "A", "test_acc"):
         [0.25, 0.03125, 0.1875, 0.09375, 0.25],
@@ -167,7 +168,9 @@ def _mlm_family(c):
   return [c["trace_b1_change"], *c["probe"].values(), *c.get("fine_tune", {}).values()]
 
 
-@pytest.mark.all_devices  # the MLM measurements (Tr(H), probes, fine-tuning, the SGD continuation) on 8 devices; as fast as on one
+# all 8 devices: the MLM measurements (Tr(H), probes, fine-tuning, the SGD continuation)
+# sharded; as fast as on one
+@pytest.mark.all_devices
 def test_mlm_flatness_training_grid_at_test_size(tmp_path):
   """The AdamW run, two pilot runs and the SGD run (from the AdamW run's parameters) as one
   grid; the points and the comparison as before (over the repetitions and probe seeds of the

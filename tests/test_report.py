@@ -794,7 +794,8 @@ def test_the_pcfg_masking_sentences_hold():
   # below the init in every model
   long_ = json.load(open(os.path.join(res, "pcfg_bert_12k", "pretrained_pcfg.json")))
   assert [p["seed"] for p in long_["points"]] == [0, 1, 2]
-  assert long_["config"]["train"]["num_steps"] == 12000 and bert["config"]["train"]["num_steps"] == 3000
+  assert long_["config"]["train"]["num_steps"] == 12000
+  assert bert["config"]["train"]["num_steps"] == 3000
   steps, _ = report.pcfg_masking(bert, long_)  # checks that the random inits are the same
   assert steps["valid gap"][3]["n_down"] == 3
   c = long_["comparison"]["vs_random_init"]

@@ -27,6 +27,18 @@ def _copy_root(tmp_path):
   return tmp_path
 
 
+def _page_text(page):
+  """docs/results/<page> with its whitespace collapsed (a sentence may wrap anywhere)."""
+  with open(os.path.join(DOCS, page)) as f:
+    return " ".join(f.read().split())
+
+
+def _assert_page_says(page, *phrases):
+  text = _page_text(page)
+  for said in phrases:
+    assert said in text, said
+
+
 def test_committed_pages_are_what_the_json_gives():
   pages = report.render_all(ROOT)
   assert sorted(pages) == sorted([f"{p}.md" for p in report.PAGES] + [report.INDEX])
@@ -461,15 +473,14 @@ def test_the_pcfg_probe_sentences_hold_for_every_model():
     for task in ("A", "B"):
       assert a["probe"][task]["test_acc_mean"] < ref["probe"][task]["test_acc_mean"]
     assert a["trace_b1"] > ref["trace_b1"], seed
-  text = " ".join(open(os.path.join(DOCS, "seed002_flatness.md")).read().split())
-  for said in ("Every trained model, of both arms, probes below its own random initialisation",
-               "on task B the trained models are below the majority class",
-               "Transfer at equal loss: lower in every pair",
-               "Tr(H): higher for the adversarial models in every pair",
-               "Every trained model's task-C probe",
-               "lookup table probes worse than every AdamW model on task A",
-               "better than every trained model on task B"):
-    assert said in text, said
+  _assert_page_says("seed002_flatness.md",
+      "Every trained model, of both arms, probes below its own random initialisation",
+      "on task B the trained models are below the majority class",
+      "Transfer at equal loss: lower in every pair",
+      "Tr(H): higher for the adversarial models in every pair",
+      "Every trained model's task-C probe",
+      "lookup table probes worse than every AdamW model on task A",
+      "better than every trained model on task B")
 
 
 def test_the_hmm_size_sentences_hold():
@@ -485,10 +496,9 @@ def test_the_hmm_size_sentences_hold():
   emb = json.load(open(os.path.join(res, "embedded_hmm.json")))["comparison"]
   assert emb["trace_b1"][0] < emb["trace_b1"][1]
   assert emb["probe"]["10"]["p_value"] >= 0.05
-  text = " ".join(open(os.path.join(DOCS, "seed002_flatness.md")).read().split())
-  for said in ("every size probes below its own random initialisation",
-               "the smaller embedded model is the flatter one", "the probes are not told apart"):
-    assert said in text, said
+  _assert_page_says("seed002_flatness.md",
+      "every size probes below its own random initialisation",
+      "the smaller embedded model is the flatter one", "the probes are not told apart")
 
 
 def test_the_paper_size_copy_task_sentences_hold():
@@ -504,11 +514,10 @@ def test_the_paper_size_copy_task_sentences_hold():
   c = d["comparisons"][0]
   assert (c["a"], c["b"], c["n_a"], c["n_b"]) == ("e1_warmup", "ce", 5, 5)
   assert c["p_value"] == pytest.approx(c["p_floor"]) and c["p_floor"] == pytest.approx(2 / 252)
-  text = " ".join(open(os.path.join(DOCS, "accelerator.md")).read().split())
-  for said in ("every model fits every training string and every easy test string",
-               "every E1 + warmup model is above every CE model on the hard test strings",
-               "the smallest p a permutation test of 5 against 5 models can give"):
-    assert said in text, said
+  _assert_page_says("accelerator.md",
+      "every model fits every training string and every easy test string",
+      "every E1 + warmup model is above every CE model on the hard test strings",
+      "the smallest p a permutation test of 5 against 5 models can give")
 
 
 def test_the_hmm_continuation_sentences_hold():
@@ -521,7 +530,7 @@ def test_the_hmm_continuation_sentences_hold():
     c, s = d["comparison"]["vs_random_init"]["10"], d["sanity"]["10"]
     assert abs(c["mean_a"] - s["block_majority"]) < 0.015, name
     assert s["bayes"] - c["mean_a"] > 0.04, name
-  text = " ".join(open(os.path.join(DOCS, "seed002_flatness.md")).read().split())
+  text = _page_text("seed002_flatness.md")
   assert text.count("near the block alone's") >= 2 and text.count("far below the Bayes") >= 2
 
 
@@ -533,7 +542,7 @@ def test_the_init_0_1_continuation_sentences_hold():
   Holm p above 0.05: "not significant after the correction"), "the probes move by less than
   half a point" (the README row: "probes move < 0.5 points", both arms); and every continued model's probe above its random init on both tasks."""
   res = os.path.join(ROOT, report.RESULTS, "mlm_flatness")
-  text = " ".join(open(os.path.join(DOCS, "seed002_flatness.md")).read().split())
+  text = _page_text("seed002_flatness.md")
   files = {"sgd": ("sharp_init0.1_sgd/training_hmm_sharp.json", "sgd_step"),
            "adamw": ("sharp_init0.1_adamw/training_adamw_hmm_sharp.json", "adamw_cont_step")}
   got = {}
@@ -569,7 +578,7 @@ def test_the_hmm_adversarial_sentences_hold():
   trained model."""
   d = json.load(open(os.path.join(ROOT, report.RESULTS, "adversarial_pretraining",
                                   "hmm_sharp_init0.1", "table.json")))
-  text = " ".join(open(os.path.join(DOCS, "seed002_flatness.md")).read().split())
+  text = _page_text("seed002_flatness.md")
   m, c = d["models"], d["comparisons"]["adversarial_vs_adamw"]
   for (arm, t), x in report.adversarial_vs_random(d).items():
     assert x["trained_above_random_in"] == x["n"] == 3, (arm, t)
@@ -611,10 +620,9 @@ def test_the_layer_by_layer_probe_sentences_hold():
   assert {v["10"]["feature_rank"] for v in h["layers"]["1"]["trained"].values()} == {4}
   for c in h["comparison"].values():
     assert 0.05 <= c["10"]["mean_a"] < 0.06 and 0.05 <= c["10"]["mean_b"] < 0.06
-  text = " ".join(open(os.path.join(DOCS, "seed002_flatness.md")).read().split())
-  for said in ("the first block is where the task is lost", "no later block brings it back",
-               "every layer of both models probes at 5-6%"):
-    assert said in text, said
+  _assert_page_says("seed002_flatness.md",
+      "the first block is where the task is lost", "no later block brings it back",
+      "every layer of both models probes at 5-6%")
 
 
 def test_the_sharp_size_sentences_hold():
@@ -627,7 +635,7 @@ def test_the_sharp_size_sentences_hold():
   0.05, both probes higher on the mean); and the Figure 5 sentence's direction."""
   res = os.path.join(ROOT, report.RESULTS, "mlm_flatness", "sharp_init0.1_sizes")
   d = json.load(open(os.path.join(res, "size_hmm_sharp.json")))
-  text = " ".join(open(os.path.join(DOCS, "seed002_flatness.md")).read().split())
+  text = _page_text("seed002_flatness.md")
   small, equal, long_ = d["comparison"]["sizes"]
   assert (small, equal, long_) == ("64/1/1/256", "128/2/4/512@1000", "128/2/4/512")
   seeds = d["seeds"]
@@ -707,10 +715,9 @@ def test_the_pcfg_budget_sentences_hold():
     assert b["sanity"]["C"]["lookup_table"]["test_acc_mean"] > max(pa, pb)
   assert longer == stats.paired_compare([r[3] for r in rows.values()], [r[1] for r in rows.values()])
   assert longer["n_down"] == 3 and to_init["n_up"] == 3
-  text = " ".join(open(os.path.join(DOCS, "seed002_flatness.md")).read().split())
-  for phrase in ("the task-C probe is lower, by", "0 of 3 models probe above their random init",
-                 "as the loss falls it moves away from the random init, not towards it"):
-    assert phrase in text, phrase
+  _assert_page_says("seed002_flatness.md",
+      "the task-C probe is lower, by", "0 of 3 models probe above their random init",
+      "as the loss falls it moves away from the random init, not towards it")
 
 
 def _masking_file(gaps, probes, inits):
@@ -806,13 +813,11 @@ def test_the_pcfg_masking_sentences_hold():
     assert seed0 > long_["sanity"][task]["random_init"]["0"]["test_acc_mean"], task
   assert c["C"]["n_down"] == 3 and c["C"]["trained_above_random_in"] == 0
   assert (steps["task C"][3]["n_up"], steps["task C"][3]["n_down"]) == (1, 2)
-  text = " ".join(open(os.path.join(DOCS, "seed002_flatness.md")).read().split())
-  for phrase in ("probe below their own random inits on all three tasks, in every model",
-                 "the prediction written before seeds 1 and 2 were probed",
-                 "probes of tasks A and B rise in every model, to level with the random inits",
-                 "(1 model up, 2 down) and stays below the init in every model",
-                 "the trained-above-random check of issue 34 is still not met there",
-                 "raises every task's probe in every model",
-                 "to within two points of the inits", "but not above them",
-                 "the trained-above-random check of issue 34 is not met there"):
-    assert phrase in text, phrase
+  _assert_page_says("seed002_flatness.md",
+      "probe below their own random inits on all three tasks, in every model",
+      "the prediction written before seeds 1 and 2 were probed",
+      "probes of tasks A and B rise in every model, to level with the random inits",
+      "(1 model up, 2 down) and stays below the init in every model",
+      "the trained-above-random check of issue 34 is still not met there",
+      "raises every task's probe in every model", "to within two points of the inits",
+      "but not above them", "the trained-above-random check of issue 34 is not met there")

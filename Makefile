@@ -22,8 +22,12 @@ $(STAMP): requirements.txt pyproject.toml Makefile
 demo: $(STAMP)
 	$(PY) -m el_jax.demo --workdir=results/demo
 
+# Three workers on the 2-core machines the suite is sized for: a worker waiting on a run it
+# started (a subprocess, a signal, a lock) leaves a core idle that a third one fills (the
+# reliability suites 292 -> 266 s on a Cascade Lake; docs/testing.md). PYTEST_WORKERS=n to change.
+PYTEST_WORKERS ?= 3
 test: $(STAMP)
-	$(PY) -m pytest -q -n 2 --dist worksteal tests
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal tests
 
 bench: $(STAMP)
 	$(PY) -m el_jax.bench --config=configs/copy_task.py:cpu

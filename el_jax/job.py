@@ -256,6 +256,7 @@ def _train_and_evaluate(config, workdir, allow):
     return changes
   changes = distributed.from_main(checks)
   progress.set_enabled(config.get("progress", True))
+  plots = progress.plots_enabled()  # (a bad EL_JAX_PLOTS stops the run before it trains)
   summary = None if changes else distributed.from_main(lambda: _already_finished(config, workdir))
   if summary is not None:
     _report_finished(summary, workdir)
@@ -299,11 +300,12 @@ def _train_and_evaluate(config, workdir, allow):
   if not distributed.is_main():  # process 0 writes the summary and plots
     return summary
   wd.write_json(summary_path, summary)
-  rows = writer.rows()
-  setup.task.write_plots(rows, workdir)
-  if train.flatness_every(config):
-    flatness.plot_flatness([r for r in rows if r.get("kind") == "flatness"],
-                           os.path.join(workdir, "flatness.png"))
+  if plots:
+    rows = writer.rows()
+    setup.task.write_plots(rows, workdir)
+    if train.flatness_every(config):
+      flatness.plot_flatness([r for r in rows if r.get("kind") == "flatness"],
+                             os.path.join(workdir, "flatness.png"))
   table = summary_table(summary)
   if table:
     print(table, file=sys.stderr)

@@ -39,6 +39,24 @@ def log_interval():
     return 10.0
 
 
+PLOTS_ENV = "EL_JAX_PLOTS"
+
+
+def plots_enabled():
+  """Whether a network's training run (`el_jax.job`) draws its PNG plots when it ends (the
+  task's figures and the flatness plot): yes, unless `EL_JAX_PLOTS=0` (ntp_linear's figures
+  are its results and are always drawn). A run's metrics.jsonl and summary.json hold every
+  number its plots show, so turning them off loses nothing. The test suite does
+  (matplotlib's import and two figures took about 2 s of a 7 s `test`-size run, in each of
+  its many short runs); the plots' own tests turn them on. A value other than 0 or 1 is an
+  error saying what is allowed."""
+  value = os.environ.get(PLOTS_ENV, "1")
+  if value not in ("0", "1"):
+    raise ValueError(f"{PLOTS_ENV}={value!r} in the environment: 1 (draw a run's plots when "
+                     f"it ends, the default) or 0 (skip them)")
+  return value == "1"
+
+
 def _tty():
   return sys.stderr.isatty()
 

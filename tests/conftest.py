@@ -3,8 +3,9 @@ the settings the suite's subprocesses have too (`reliability.suite_env`): JAX's 
 compilation cache, shared by the xdist workers and the subprocesses they start (the suite
 trains the same few `test` configs in many tests; each program compiles once), LLVM's
 optimisation off (XLA's own passes, fusion included, still run) and XLA:CPU's elemental
-emitters for fusions instead of its MLIR fusion emitters (both cut compile time only), and the
-cross-CPU numerics
+emitters for fusions instead of its MLIR fusion emitters (both cut compile time only), a
+training run's PNG plots off (EL_JAX_PLOTS=0: ~2 s of each short run; the plots' tests turn
+them on), and the cross-CPU numerics
 (YNNPACK's consistent-arithmetic kernels, Eigen's own single-threaded contractions instead of
 oneDNN's, OpenBLAS on its Haswell kernels and one thread), under which a trained number
 does not depend on the CPU (docs/testing.md, "Across CPUs"). The

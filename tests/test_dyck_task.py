@@ -60,14 +60,17 @@ def _same(a, b):
   return all(np.array_equal(np.asarray(a[k]), np.asarray(b[k])) for k in dn.LEAVES)
 
 
-def test_the_loop_trains_what_train_chunk_trains_and_resumes_to_the_same(tmp_path):
+def test_the_loop_trains_what_train_chunk_trains_and_resumes_to_the_same(tmp_path, monkeypatch):
   """Two seeds, 30 steps with label noise, float64: the parameters of every checkpoint are
   bit-identical to train_chunk's, and so is a run stopped at step 10 and resumed. The logged
   minibatch losses agree to the last bit or two: train_chunk gathers the batch inside its
   scan, and XLA then rounds the loss's sum (not its gradient) differently."""
   with jax.enable_x64(True):
     cfg = _config(seeds=(0, 3))
-    summary = job.train_and_evaluate(cfg, str(tmp_path / "run"))
+    with monkeypatch.context() as m:  # the suite's default is 0: the task's plot is checked
+      m.setenv("EL_JAX_PLOTS", "1")
+      summary = job.train_and_evaluate(cfg, str(tmp_path / "run"))
+    assert (tmp_path / "run" / "loss.png").stat().st_size > 1000
     rows = [r for r in metrics_lib.read_rows(str(tmp_path / "run")) if r["kind"] == "train"]
     data = dn.model_batch(dn.pretraining_data(dyck.Language(4)))
     for i, seed in enumerate((0, 3)):

@@ -348,10 +348,12 @@ def test_adversarial_pretraining_one_seed_compares_probe_seeds():
 
 
 @pytest.mark.all_devices  # the flatness measurements on 8 devices; as fast as on one
-def test_flatness_copy_task_grid_at_test_size(tmp_path):
+def test_flatness_copy_task_grid_at_test_size(tmp_path, monkeypatch):
   """CE and E1 + warmup (the demo's sweep) as one grid measured by the training loop; the
-  per-seed trajectories as before; the CE row against a direct run."""
+  per-seed trajectories as before; the CE row against a direct run. Each run draws its
+  flatness plot (the suite's EL_JAX_PLOTS is 0 elsewhere)."""
   fc = _script("flatness_copy_task")
+  monkeypatch.setenv("EL_JAX_PLOTS", "1")
   out = fc.main(FC_ARGV + ["--out", str(tmp_path / "out"), "--workdir", str(tmp_path / "runs")])
   with open(tmp_path / "out" / "copy_task.json") as f:
     doc = json.load(f)
@@ -363,6 +365,7 @@ def test_flatness_copy_task_grid_at_test_size(tmp_path):
     assert r["overrides"]["flatness.every"] == 8 and r["config"]["progress"] is False
     assert doc["results"][label]["overrides"] == fc.LOSSES[label]
     assert doc["results"][label]["seconds"] == r["seconds"]
+    assert os.path.getsize(os.path.join(r["workdir"], "flatness.png")) > 1000, label
   assert doc["meta"]["config"] == "configs/copy_task.py:test"
   for (run, seed), want in FC_PINS.items():
     s = doc["results"][run]["per_seed"][seed]

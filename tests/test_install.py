@@ -133,7 +133,7 @@ def wheelhouse():
 def _clean_env(**extra):
   """The environment of a command in the clean install: the suite's compile settings, but
   nothing that would let it see this checkout or the suite's packages."""
-  e = rel.env(**extra)
+  e = rel.env(**rel.PLOTS, **extra)  # the runs draw their plots: the core's matplotlib
   for k in ("PYTHONPATH", "PYTHONHOME", "PYTHONDONTWRITEBYTECODE", "VIRTUAL_ENV",
             "EL_JAX_CONFIGS", "EL_JAX_VERBOSE"):
     e.pop(k, None)
@@ -214,6 +214,7 @@ class CleanInstall:
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, f"{config} {overrides} in the clean install:\n{out[-4000:]}"
     assert (workdir / "summary.json").is_file(), out[-4000:]
+    assert list(workdir.glob("*.png")), f"{config}: no plot in {sorted(os.listdir(workdir))}"
     return proc
 
   def stops(self, config, *overrides, pattern, **env):

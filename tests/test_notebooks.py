@@ -103,8 +103,9 @@ def _execute(name, monkeypatch, env):
   """Runs colab/<name>.ipynb on its `test` variant with `env` set; returns (notebook, the
   code cells' outputs, their stream text). The kernel inherits the suite's compile settings
   (tests/conftest.py), so runs that share programs (CE and E1: init, decoding) compile them
-  once."""
+  once; its runs draw their plots, which the notebooks show (the suite's EL_JAX_PLOTS is 0)."""
   monkeypatch.setenv("EL_JAX_NOTEBOOK_VARIANT", "test")
+  monkeypatch.setenv("EL_JAX_PLOTS", "1")
   monkeypatch.setenv("JAX_PLATFORMS", "cpu")
   for k, v in env.items():
     monkeypatch.setenv(k, str(v))

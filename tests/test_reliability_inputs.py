@@ -278,8 +278,19 @@ def test_progress_lines_in_a_log_file(tmp_path):
   assert any(line.startswith("seed 0 step 40: evaluating test: batch ")
              for line in proc.stderr.splitlines()), proc.stderr
   quiet = rel.run(COPY, f"--workdir={tmp_path / 'quiet'}", "--config.progress=False",
-                  EL_JAX_LOG_EVERY_S=0)
+                  EL_JAX_LOG_EVERY_S=0, EL_JAX_PLOTS=0)
   assert not [line for line in quiet.stderr.splitlines() if ": step " in line]
+  # EL_JAX_PLOTS=0 (the suite's default, tests/reliability.py): the run's files, no plot.
+  assert (tmp_path / "quiet" / "summary.json").is_file()
+  assert not list((tmp_path / "quiet").glob("*.png"))
+
+
+def test_a_bad_plots_setting_stops_before_training(tmp_path):
+  proc = rel.run(COPY, f"--workdir={tmp_path / 'run'}", EL_JAX_PLOTS="yes")
+  rel.assert_one_line_error(proc, re.escape("EL_JAX_PLOTS='yes' in the environment: 1 (draw a "
+                                            "run's plots when it ends, the default) or 0 (skip "
+                                            "them)"))
+  assert not (tmp_path / "run" / "metrics.jsonl").exists()
 
 
 def test_stop_at_step_says_so(tmp_path):

@@ -13,6 +13,8 @@ the summary.json and evaluation rows of an uninterrupted run. A kill -9 between 
 seeds' checkpoint saves resumes to the same numbers too. SIGINT while XLA compiles ends
 the process with the message and status 130, never a crash in the interpreter's teardown.
 """
+import functools
+import hashlib
 import json
 import math
 import os
@@ -22,6 +24,7 @@ import time
 import pytest
 
 import reliability as rel
+import shared_fixtures  # tests/shared_fixtures.py
 
 COPY = "--config=configs/copy_task.py:test"
 LONG = (COPY, "--config.train.num_steps=400", "--config.train.checkpoint_every=100",
@@ -91,17 +94,18 @@ def _has_train_row(workdir):
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
-  """The summary.json and metrics rows of an uninterrupted run of `args` (one run per args)."""
-  done = {}
+  """The summary.json and metrics rows of an uninterrupted run of `args` (one run per args in
+  the session, shared by the xdist workers: `once_per_session`)."""
+  def build(args, folder):
+    workdir = folder / "run"
+    proc = rel.run(*args, f"--workdir={workdir}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return (json.loads((workdir / "summary.json").read_text()),
+            rel.read_jsonl(workdir / "metrics.jsonl"))
 
   def get(args):
-    if args not in done:
-      workdir = tmp_path_factory.mktemp("reference") / "run"
-      proc = rel.run(*args, f"--workdir={workdir}")
-      assert proc.returncode == 0, proc.stderr[-3000:]
-      done[args] = (json.loads((workdir / "summary.json").read_text()),
-                    rel.read_jsonl(workdir / "metrics.jsonl"))
-    return done[args]
+    name = "signals_reference_" + hashlib.sha256(repr(args).encode()).hexdigest()[:16]
+    return shared_fixtures.once_per_session(tmp_path_factory, name, functools.partial(build, args))
   return get
 
 

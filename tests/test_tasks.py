@@ -112,7 +112,8 @@ def toy_registered():
   tasks.unregister("toy_copy")
 
 
-def test_a_new_task_is_one_class_and_one_config(toy_registered, tmp_path):
+def test_a_new_task_is_one_class_and_one_config(toy_registered, tmp_path, monkeypatch):
+  monkeypatch.setenv("EL_JAX_PLOTS", "1")  # the loop calls the task's write_plots (the suite: 0)
   summary = job.run(_toy_config(), str(tmp_path))  # the CLI's dispatch
   assert summary["task"] == "toy_copy" and summary["groups"] == ["first", "second"]
   assert summary["toy"] is True
@@ -179,13 +180,21 @@ PINNED = {
 }
 
 
+PLOTS = {"copy_task": ("accuracy.png", "loss_easy_hard.png"),
+         "path_star": ("accuracy.png", "loss_groups.png")}
+
+
 @pytest.mark.parametrize("name", sorted(PINNED))
-def test_test_config_summary_is_pinned(name, tmp_path):
-  """The redesign (and the validation split, drawn from its own stream) changed no number."""
+def test_test_config_summary_is_pinned(name, tmp_path, monkeypatch):
+  """The redesign (and the validation split, drawn from its own stream) changed no number.
+  The task's plots are drawn (the suite's EL_JAX_PLOTS is 0 elsewhere)."""
   pin = PINNED[name]
   cfg = runner.get_config(name, "test")
   cfg.progress = False
+  monkeypatch.setenv("EL_JAX_PLOTS", "1")
   summary = job.train_and_evaluate(cfg, str(tmp_path))
+  for png in PLOTS[name]:
+    assert (tmp_path / png).stat().st_size > 1000, png
   got = [r for r in metrics_lib.read_rows(str(tmp_path)) if r["kind"] == "train"]
   g1, g2 = pin["groups"]
   np.testing.assert_allclose([(r["step"], r["loss"], r[f"ce_{g1}"], r[f"ce_{g2}"]) for r in got],

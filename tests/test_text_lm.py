@@ -32,7 +32,9 @@ def _config(tmp_path, **over):
 def trained(tmp_path_factory):
   tmp = tmp_path_factory.mktemp("text_lm")
   cfg = _config(tmp)
-  summary = job.train_and_evaluate(cfg, str(tmp / "run"))
+  with pytest.MonkeyPatch.context() as m:  # the suite's default is 0: the task's plot is checked
+    m.setenv("EL_JAX_PLOTS", "1")
+    summary = job.train_and_evaluate(cfg, str(tmp / "run"))
   setup = train.make_setup(cfg)
   trainer = train.Trainer(setup)
   params, _ = checkpoint.load_params_from(str(tmp / "run"), 0, trainer.abstract_state["params"],
@@ -41,7 +43,8 @@ def trained(tmp_path_factory):
 
 
 def test_rows_are_the_texts_without_the_label_copy_sentences(trained, capsys):
-  cfg, _, summary = trained[:3]
+  cfg, tmp, summary = trained[:3]
+  assert (tmp / "run" / "loss.png").stat().st_size > 1000
   rows, n_kept, n_excl = text_lm.build_rows(cfg.data)
   assert rows.dtype == np.int32 and rows.shape[1] == cfg.data.context_len + 1
   distinct = {t for c in cfg.data.corpora for t, _, _ in texts.load_sentences(c)}

@@ -80,19 +80,18 @@ def has_avx2_fma():
 # A training run's PNG plots off (el_jax.progress.plots_enabled): about 2 s of each short run
 # the suite starts. The tests of the plots set EL_JAX_PLOTS=1 (`PLOTS`), and so does the clean
 # install of tests/test_install.py, whose runs must show that the core's matplotlib draws them.
-NO_PLOTS = ("EL_JAX_PLOTS", "0")
 PLOTS = {"EL_JAX_PLOTS": "1"}
 
 
 def suite_env(base):
   """`base` (an environment dict) with the suite's settings: `fast_compile_env`, the
   cross-CPU ones above (an XLA flag already in XLA_FLAGS, with any value, is left as it is;
-  OpenBLAS's Haswell kernels only on a CPU that has them) and `NO_PLOTS` unless `base` sets
-  EL_JAX_PLOTS."""
+  OpenBLAS's Haswell kernels only on a CPU that has them) and the plots off (EL_JAX_PLOTS=0)
+  unless `base` sets EL_JAX_PLOTS."""
   e = fast_compile_env(base)
   e["XLA_FLAGS"] = _add_flags(e["XLA_FLAGS"], CROSS_CPU_XLA_FLAGS)
   e.update(CROSS_CPU_ENV)
-  e.setdefault(NO_PLOTS[0], NO_PLOTS[1])
+  e.setdefault("EL_JAX_PLOTS", "0")
   if has_avx2_fma():
     e["OPENBLAS_CORETYPE"] = "Haswell"
   return e

@@ -50,3 +50,12 @@ def _one_default_device():
 def _all_devices_when_marked(request, monkeypatch):
   if request.node.get_closest_marker("all_devices"):
     monkeypatch.setattr(step, "default_num_devices", _ALL_DEVICES)
+
+
+@pytest.fixture(autouse=True)
+def _plots_when_marked(request, monkeypatch):
+  """The `plots` mark: the test's runs draw their PNG plots (`reliability.PLOTS`), which the
+  suite otherwise turns off (EL_JAX_PLOTS=0, tests/reliability.py)."""
+  if request.node.get_closest_marker("plots"):
+    for k, v in reliability.PLOTS.items():
+      monkeypatch.setenv(k, v)

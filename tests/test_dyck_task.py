@@ -21,6 +21,7 @@ from el_jax import metrics as metrics_lib
 from el_jax import setup as setup_lib
 from el_jax.data import dyck
 from el_jax.models import dyck_net as dn
+import reliability as rel  # tests/reliability.py
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOISE = 0.5
@@ -68,7 +69,8 @@ def test_the_loop_trains_what_train_chunk_trains_and_resumes_to_the_same(tmp_pat
   with jax.enable_x64(True):
     cfg = _config(seeds=(0, 3))
     with monkeypatch.context() as m:  # the suite's default is 0: the task's plot is checked
-      m.setenv("EL_JAX_PLOTS", "1")
+      for k, v in rel.PLOTS.items():
+        m.setenv(k, v)
       summary = job.train_and_evaluate(cfg, str(tmp_path / "run"))
     assert (tmp_path / "run" / "loss.png").stat().st_size > 1000
     rows = [r for r in metrics_lib.read_rows(str(tmp_path / "run")) if r["kind"] == "train"]

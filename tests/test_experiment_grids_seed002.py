@@ -348,12 +348,12 @@ def test_adversarial_pretraining_one_seed_compares_probe_seeds():
 
 
 @pytest.mark.all_devices  # the flatness measurements on 8 devices; as fast as on one
-def test_flatness_copy_task_grid_at_test_size(tmp_path, monkeypatch):
+@pytest.mark.plots
+def test_flatness_copy_task_grid_at_test_size(tmp_path):
   """CE and E1 + warmup (the demo's sweep) as one grid measured by the training loop; the
   per-seed trajectories as before; the CE row against a direct run. Each run draws its
   flatness plot (the suite's EL_JAX_PLOTS is 0 elsewhere)."""
   fc = _script("flatness_copy_task")
-  monkeypatch.setenv("EL_JAX_PLOTS", "1")
   out = fc.main(FC_ARGV + ["--out", str(tmp_path / "out"), "--workdir", str(tmp_path / "runs")])
   with open(tmp_path / "out" / "copy_task.json") as f:
     doc = json.load(f)

@@ -332,8 +332,8 @@ def test_hmm_corpus_conventions(tmp_path):
 
 @pytest.mark.parametrize("name,preset", [("pcfg_mlm", "encoder"), ("hmm_mlm", "encoder"),
                                          ("hmm_mlm", "bilstm")])
-def test_train_and_evaluate_lowers_the_gap(name, preset, cache, tmp_path, monkeypatch):
-  monkeypatch.setenv("EL_JAX_PLOTS", "1")  # the suite's default is 0: its valid_gap.png
+@pytest.mark.plots  # its valid_gap.png is checked
+def test_train_and_evaluate_lowers_the_gap(name, preset, cache, tmp_path):
   # One device: the loop's 8-device sharding is tested elsewhere, and compiles slower.
   c = _config(name, cache, num_devices=1, **{"model.preset": preset})
   summary = job.train_and_evaluate(c, str(tmp_path / "run"))

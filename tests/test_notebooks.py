@@ -18,6 +18,8 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+import reliability as rel  # tests/reliability.py
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOTEBOOKS = sorted(glob.glob(os.path.join(ROOT, "colab", "*.ipynb")))
 
@@ -105,7 +107,8 @@ def _execute(name, monkeypatch, env):
   (tests/conftest.py), so runs that share programs (CE and E1: init, decoding) compile them
   once; its runs draw their plots, which the notebooks show (the suite's EL_JAX_PLOTS is 0)."""
   monkeypatch.setenv("EL_JAX_NOTEBOOK_VARIANT", "test")
-  monkeypatch.setenv("EL_JAX_PLOTS", "1")
+  for k, v in rel.PLOTS.items():  # the suite's default is 0
+    monkeypatch.setenv(k, v)
   monkeypatch.setenv("JAX_PLATFORMS", "cpu")
   for k, v in env.items():
     monkeypatch.setenv(k, str(v))

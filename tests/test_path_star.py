@@ -432,8 +432,8 @@ def test_config_errors_are_clear():
 
 
 @pytest.mark.parametrize("variant", ps.VARIANTS)
-def test_train_end_to_end_on_test_config(tmp_path, variant, monkeypatch):
-  monkeypatch.setenv("EL_JAX_PLOTS", "1")  # the suite's default is 0: its two plots are checked
+@pytest.mark.plots  # its two plots are checked
+def test_train_end_to_end_on_test_config(tmp_path, variant):
   from el_jax import main
   import json
   args = ["prog", "--config=configs/path_star.py:test", f"--workdir={tmp_path}",

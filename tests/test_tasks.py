@@ -112,8 +112,8 @@ def toy_registered():
   tasks.unregister("toy_copy")
 
 
-def test_a_new_task_is_one_class_and_one_config(toy_registered, tmp_path, monkeypatch):
-  monkeypatch.setenv("EL_JAX_PLOTS", "1")  # the loop calls the task's write_plots (the suite: 0)
+@pytest.mark.plots  # the loop calls the task's write_plots
+def test_a_new_task_is_one_class_and_one_config(toy_registered, tmp_path):
   summary = job.run(_toy_config(), str(tmp_path))  # the CLI's dispatch
   assert summary["task"] == "toy_copy" and summary["groups"] == ["first", "second"]
   assert summary["toy"] is True
@@ -185,13 +185,13 @@ PLOTS = {"copy_task": ("accuracy.png", "loss_easy_hard.png"),
 
 
 @pytest.mark.parametrize("name", sorted(PINNED))
-def test_test_config_summary_is_pinned(name, tmp_path, monkeypatch):
+@pytest.mark.plots
+def test_test_config_summary_is_pinned(name, tmp_path):
   """The redesign (and the validation split, drawn from its own stream) changed no number.
-  The task's plots are drawn (the suite's EL_JAX_PLOTS is 0 elsewhere)."""
+  The task's plots are drawn (the `plots` mark; the suite's EL_JAX_PLOTS is 0 elsewhere)."""
   pin = PINNED[name]
   cfg = runner.get_config(name, "test")
   cfg.progress = False
-  monkeypatch.setenv("EL_JAX_PLOTS", "1")
   summary = job.train_and_evaluate(cfg, str(tmp_path))
   for png in PLOTS[name]:
     assert (tmp_path / png).stat().st_size > 1000, png

@@ -16,6 +16,7 @@ from el_jax.models import pretrained
 from el_jax import runner
 from el_jax.tasks import text_lm
 from el_jax import train
+import reliability as rel  # tests/reliability.py
 
 
 def tmp_path_factory_cache(cfg):
@@ -33,7 +34,8 @@ def trained(tmp_path_factory):
   tmp = tmp_path_factory.mktemp("text_lm")
   cfg = _config(tmp)
   with pytest.MonkeyPatch.context() as m:  # the suite's default is 0: the task's plot is checked
-    m.setenv("EL_JAX_PLOTS", "1")
+    for k, v in rel.PLOTS.items():
+      m.setenv(k, v)
     summary = job.train_and_evaluate(cfg, str(tmp / "run"))
   setup = train.make_setup(cfg)
   trainer = train.Trainer(setup)

@@ -57,5 +57,4 @@ def _plots_when_marked(request, monkeypatch):
   """The `plots` mark: the test's runs draw their PNG plots (`reliability.PLOTS`), which the
   suite otherwise turns off (EL_JAX_PLOTS=0, tests/reliability.py)."""
   if request.node.get_closest_marker("plots"):
-    for k, v in reliability.PLOTS.items():
-      monkeypatch.setenv(k, v)
+    reliability.plots_on(monkeypatch)

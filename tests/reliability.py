@@ -84,6 +84,12 @@ def has_avx2_fma():
 PLOTS = {"EL_JAX_PLOTS": "1"}
 
 
+def plots_on(monkeypatch):
+  """Sets `PLOTS` through `monkeypatch` (a pytest MonkeyPatch or one of its contexts)."""
+  for k, v in PLOTS.items():
+    monkeypatch.setenv(k, v)
+
+
 def suite_env(base):
   """`base` (an environment dict) with the suite's settings: `fast_compile_env`, the
   cross-CPU ones above (an XLA flag already in XLA_FLAGS, with any value, is left as it is;

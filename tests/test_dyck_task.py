@@ -69,8 +69,7 @@ def test_the_loop_trains_what_train_chunk_trains_and_resumes_to_the_same(tmp_pat
   with jax.enable_x64(True):
     cfg = _config(seeds=(0, 3))
     with monkeypatch.context() as m:  # the suite's default is 0: the task's plot is checked
-      for k, v in rel.PLOTS.items():
-        m.setenv(k, v)
+      rel.plots_on(m)
       summary = job.train_and_evaluate(cfg, str(tmp_path / "run"))
     assert (tmp_path / "run" / "loss.png").stat().st_size > 1000
     rows = [r for r in metrics_lib.read_rows(str(tmp_path / "run")) if r["kind"] == "train"]

@@ -107,8 +107,7 @@ def _execute(name, monkeypatch, env):
   (tests/conftest.py), so runs that share programs (CE and E1: init, decoding) compile them
   once; its runs draw their plots, which the notebooks show (the suite's EL_JAX_PLOTS is 0)."""
   monkeypatch.setenv("EL_JAX_NOTEBOOK_VARIANT", "test")
-  for k, v in rel.PLOTS.items():  # the suite's default is 0
-    monkeypatch.setenv(k, v)
+  rel.plots_on(monkeypatch)  # the suite's default is 0
   monkeypatch.setenv("JAX_PLATFORMS", "cpu")
   for k, v in env.items():
     monkeypatch.setenv(k, str(v))

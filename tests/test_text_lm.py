@@ -34,8 +34,7 @@ def trained(tmp_path_factory):
   tmp = tmp_path_factory.mktemp("text_lm")
   cfg = _config(tmp)
   with pytest.MonkeyPatch.context() as m:  # the suite's default is 0: the task's plot is checked
-    for k, v in rel.PLOTS.items():
-      m.setenv(k, v)
+    rel.plots_on(m)
     summary = job.train_and_evaluate(cfg, str(tmp / "run"))
   setup = train.make_setup(cfg)
   trainer = train.Trainer(setup)

@@ -179,6 +179,25 @@ def run_with(prelude, *args, timeout=300, **kwargs):
   return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
+def call_main(capsys, monkeypatch, *args):
+  """`el_jax.main.main` called in this process with `args`, from the repository root; returns
+  what `run` would (a CompletedProcess: the exit status, stdout, stderr). For the bad-input
+  cases that stop before anything trains: a `python -m el_jax.main` start costs ~3 s of CPU,
+  nearly all of it imports, and these cases differ only in the line they print; the tests
+  that take the same path as a separate process (`run`) keep one case of each kind."""
+  from el_jax import main as main_lib
+  monkeypatch.chdir(ROOT)
+  capsys.readouterr()
+  argv = ["el_jax.main", *map(str, args)]
+  try:
+    main_lib.main(argv)
+    status = 0
+  except SystemExit as e:
+    status = e.code if isinstance(e.code, int) else 1
+  out = capsys.readouterr()
+  return subprocess.CompletedProcess(argv, status, out.out, out.err)
+
+
 def experiment_script(name):
   """experiments/<name>.py as a module (the scripts are not a package; nothing is put on
   sys.path)."""

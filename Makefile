@@ -25,8 +25,8 @@ $(STAMP): requirements.txt pyproject.toml Makefile
 	touch $(STAMP)
 
 # el_jax's own modules byte-compiled first: where PYTHONDONTWRITEBYTECODE is set, every process
-# would otherwise compile them from source (~0.4 s of CPU per `python -m el_jax.main`; the
-# suite starts hundreds). Stale .pyc files are checked against their source and ignored.
+# would otherwise compile them from source (~0.25 s of CPU per `python -m el_jax.main` start,
+# docs/testing.md; the suite starts many). A .pyc older than its source is not used.
 pyc: $(STAMP)
 	$(PY) -m compileall -q -j 0 el_jax experiments configs >/dev/null
 

@@ -192,8 +192,8 @@ def call_main(capsys, monkeypatch, *args):
   try:
     main_lib.main(argv)
     status = 0
-  except SystemExit as e:
-    status = e.code if isinstance(e.code, int) else 1
+  except SystemExit as e:  # (as the interpreter maps it: None is 0, a message 1)
+    status = 0 if e.code is None else e.code if isinstance(e.code, int) else 1
   out = capsys.readouterr()
   return subprocess.CompletedProcess(argv, status, out.out, out.err)
 

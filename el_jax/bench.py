@@ -16,7 +16,8 @@ peak (2048^2 float32 through jnp, the best of XLA's and Eigen's matmuls) and the
 `--host` times what the host does per step instead (the batch, with the epoch's permutation
 cached and rebuilt every step as before, putting it on the devices, fetching one step's
 metrics; docs/accelerator.md); `--profile` traces the configured loss's step with the JAX profiler and prints the time of
-XLA's ops by kind (dots, elementwise fusions, reductions, layout copies).
+XLA's ops by kind (dots, elementwise fusions, reductions, layout copies), and with
+`--profile_top=N` the N instructions with the most time (kind and result shape).
 No XLA flags are set here; `--config.train.cpu_dots=eigen` times the step with XLA's
 Eigen matmuls instead of its default (YNNPACK) ones (docs/bench.md).
 
@@ -66,6 +67,8 @@ def _extra(fv):
   flags.DEFINE_bool("profile", False, "profile --steps steps of the configured loss with the "
                     "JAX profiler and print where the time goes, by kind of XLA op",
                     flag_values=fv)
+  flags.DEFINE_integer("profile_top", 0, "with --profile, also list the N XLA instructions "
+                       "with the most time (kind, result shape)", lower_bound=0, flag_values=fv)
 
 
 class StepRunner:
@@ -226,25 +229,52 @@ def _op_kinds(hlo_text):
   return kinds
 
 
-def op_breakdown(runner, steps):
-  """Wall ms per step and {kind: op ms per step} (summed over XLA's threads) of `runner`'s
-  step, from a JAX profiler trace of `steps` steps."""
+def _op_shapes(hlo_text):
+  """{instruction name: its result shape} of a compiled module's HLO text."""
+  import re
+  out = {}
+  for line in hlo_text.splitlines():
+    m = re.match(r"\s*(?:ROOT )?%?([\w.\-]+) = (\S+) [\w\-]+\(", line)
+    if m:
+      out[m.group(1)] = re.sub(r"\{[^}]*\}$", "", m.group(2))  # no layout
+  return out
+
+
+def op_times(runner, steps):
+  """Wall ms per step and {instruction: (kind, result shape, op ms per step summed over XLA's
+  threads)} of `runner`'s step, from a JAX profiler trace of `steps` steps."""
   import collections
   import glob
   import gzip
   import json
   import tempfile
   compiled = runner.trainer.step.lower(runner.state, runner.batches[0]).compile()
-  kinds = _op_kinds(compiled.as_text())
+  text = compiled.as_text()
+  kinds, shapes = _op_kinds(text), _op_shapes(text)
   with tempfile.TemporaryDirectory() as d:
     with jax.profiler.trace(d, create_perfetto_trace=True):
       wall = runner(steps)
     trace = json.load(gzip.open(glob.glob(f"{d}/**/*.trace.json.gz", recursive=True)[0]))
-  out = collections.defaultdict(float)
+  ms = collections.defaultdict(float)
   for e in trace["traceEvents"] if isinstance(trace, dict) else trace:
     if e.get("ph") == "X" and e.get("name") in kinds:
-      out[kinds[e["name"]]] += e["dur"] / 1e3 / steps
-  return 1e3 * wall, dict(out)
+      ms[e["name"]] += e["dur"] / 1e3 / steps
+  return 1e3 * wall, {n: (kinds[n], shapes.get(n, "?"), t) for n, t in ms.items()}
+
+
+def by_kind(ops):
+  """{kind: op ms per step} of `op_times`'s per-instruction times."""
+  out = {}
+  for kind, _, t in ops.values():
+    out[kind] = out.get(kind, 0.0) + t
+  return out
+
+
+def op_breakdown(runner, steps):
+  """Wall ms per step and {kind: op ms per step} (summed over XLA's threads) of `runner`'s
+  step, from a JAX profiler trace of `steps` steps."""
+  wall, ops = op_times(runner, steps)
+  return wall, by_kind(ops)
 
 
 def host_time(config, steps):
@@ -322,6 +352,9 @@ def overhead(times, name, base="ce"):
 def main(argv=None):
   config, _, fv = cli.parse(sys.argv if argv is None else argv, extra_flags=_extra,
                             require_workdir=False, doc=__doc__)
+  if fv.profile_top and not fv.profile:
+    raise ValueError(f"--profile_top={fv.profile_top} lists the ops of --profile's trace: "
+                     f"add --profile")
   cli.log_devices()
   if fv.host:
     r = host_time(config, max(fv.steps, 1))
@@ -374,12 +407,19 @@ def main(argv=None):
   if fv.flops:
     print(f"matmul_peak_gflops={peak / 1e9:.1f} (2048^2 float32 through jnp, best of 5 per CPU matmul library)")
   if fv.profile:
-    wall, ops = op_breakdown(runners[config.loss.name], fv.steps)
+    wall, per_op = op_times(runners[config.loss.name], fv.steps)
+    ops = by_kind(per_op)
     total = sum(ops.values())
     print(f"profile (loss={config.loss.name}, train.cpu_dots={config.train.get('cpu_dots', 'xla')}): "
           f"{wall:.1f} ms/step wall, {total:.1f} ms/step of XLA ops summed over threads")
     for kind, ms in sorted(ops.items(), key=lambda kv: -kv[1]):
       print(f"  {kind:12s} {ms:8.2f} ms/step {100 * ms / total:5.1f}%")
+    if fv.profile_top:
+      print(f"the {fv.profile_top} ops with the most time (ms/step, share of the op time, kind, "
+            f"XLA instruction, result shape):")
+      for name, (kind, shape, ms) in sorted(per_op.items(), key=lambda kv: -kv[1][2])[
+          :fv.profile_top]:
+        print(f"  {ms:7.2f} {100 * ms / total:5.1f}% {kind:11s} {name:36s} {shape}")
   print(f"tokens_per_s={tokens / float(np.median(times[config.loss.name])):.1f}")
 
 

@@ -2,7 +2,9 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
+import reliability as rel
 from el_jax import bench
 from el_jax import runner
 
@@ -33,3 +35,36 @@ def test_op_breakdown_times_the_step_by_kind():
 def test_matmul_peak_is_the_flop_rate_of_a_timed_matmul():
   peak = bench.matmul_peak(n=256, reps=2)
   assert np.isfinite(peak) and 1e8 < peak < 1e14
+
+
+def test_op_times_are_the_breakdown_per_instruction():
+  """`--profile_top`'s listing: every traced instruction with its kind and result shape, and
+  the kinds' sums are `by_kind` of it."""
+  cfg = runner.get_config("copy_task", "test")
+  cfg.progress = False
+  r = bench.StepRunner(cfg, warmup=1)
+  wall, ops = bench.op_times(r, 3)
+  assert wall > 0 and ops
+  assert {k for k, _, _ in ops.values()} <= {"dot", "reduce", "layout", "elementwise"}
+  # shapes are HLO result types without their layout, e.g. f32[8,128] or a tuple
+  assert all(s == "?" or ("[" in s and "{" not in s.rsplit("]", 1)[-1]) for _, s, _ in ops.values())
+  total = bench.by_kind(ops)
+  assert abs(sum(total.values()) - sum(t for _, _, t in ops.values())) < 1e-9
+  dots = [t for k, _, t in ops.values() if k == "dot"]
+  assert dots and abs(total["dot"] - sum(dots)) < 1e-9
+
+
+def test_op_shapes_drop_the_layout():
+  text = ("ENTRY %main {\n  %p = f32[8,4]{1,0} parameter(0)\n"
+          "  ROOT %t = f32[4,8]{0,1} transpose(%p), dimensions={1,0}\n}\n")
+  assert bench._op_shapes(text) == {"p": "f32[8,4]", "t": "f32[4,8]"}
+
+
+def test_profile_top_without_profile_is_one_line(capsys, monkeypatch):
+  monkeypatch.chdir(rel.ROOT)
+  capsys.readouterr()
+  with pytest.raises(SystemExit) as e:
+    bench.main(["el_jax.bench", "--config=configs/copy_task.py:test", "--profile_top=5"])
+  assert e.value.code not in (0, None)
+  err = capsys.readouterr().err.strip().splitlines()
+  assert err[-1] == "error: --profile_top=5 lists the ops of --profile's trace: add --profile", err

@@ -194,6 +194,11 @@ def matmul_peak(n=2048, reps=5):
   return 2.0 * n ** 3 / best
 
 
+# One HLO instruction line: `[ROOT] %name = <result type> opcode(`; the result type is one
+# token (a tuple's, which holds spaces, does not match).
+_INSTRUCTION = r"\s*(?:ROOT )?%?([\w.\-]+) = (\S+) ([\w\-]+)\("
+
+
 def _op_kinds(hlo_text):
   """{instruction name: kind} of a compiled module's HLO text: "dot" for dots and fusions
   that contain one, "reduce", "layout" (transposes / copies only), "elementwise"."""
@@ -208,10 +213,10 @@ def _op_kinds(hlo_text):
   kinds = {}
   for lines in comps.values():
     for line in lines:
-      m = re.match(r"\s*(?:ROOT )?%?([\w.\-]+) = \S+ ([\w\-]+)\(", line)
+      m = re.match(_INSTRUCTION, line)
       if not m:
         continue
-      name, op = m.groups()
+      name, _, op = m.groups()
       if op == "fusion":
         called = re.search(r"calls=%?([\w.\-]+)", line)
         ops = set(re.findall(r"= \S+ ([\w\-]+)\(", "\n".join(comps.get(called.group(1), []))
@@ -234,7 +239,7 @@ def _op_shapes(hlo_text):
   import re
   out = {}
   for line in hlo_text.splitlines():
-    m = re.match(r"\s*(?:ROOT )?%?([\w.\-]+) = (\S+) [\w\-]+\(", line)
+    m = re.match(_INSTRUCTION, line)
     if m:
       out[m.group(1)] = re.sub(r"\{[^}]*\}$", "", m.group(2))  # no layout
   return out
@@ -268,13 +273,6 @@ def by_kind(ops):
   for kind, _, t in ops.values():
     out[kind] = out.get(kind, 0.0) + t
   return out
-
-
-def op_breakdown(runner, steps):
-  """Wall ms per step and {kind: op ms per step} (summed over XLA's threads) of `runner`'s
-  step, from a JAX profiler trace of `steps` steps."""
-  wall, ops = op_times(runner, steps)
-  return wall, by_kind(ops)
 
 
 def host_time(config, steps):

@@ -21,11 +21,12 @@ def test_op_kinds_sorts_compiled_ops_by_what_they_compute():
   assert found <= {"dot", "reduce", "layout", "elementwise"}, kinds
 
 
-def test_op_breakdown_times_the_step_by_kind():
+def test_the_profile_times_the_step_by_kind():
   cfg = runner.get_config("copy_task", "test")
   cfg.progress = False
   r = bench.StepRunner(cfg, warmup=1)
-  wall, ops = bench.op_breakdown(r, 3)
+  wall, per_op = bench.op_times(r, 3)
+  ops = bench.by_kind(per_op)
   assert wall > 0 and ops.get("dot", 0) > 0 and ops.get("elementwise", 0) > 0, ops
   # op time is summed over XLA's threads: at most (threads + 1) x wall, with slack for
   # the profiler's own overhead

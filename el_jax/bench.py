@@ -195,8 +195,8 @@ def matmul_peak(n=2048, reps=5):
 
 
 # One HLO instruction line: `[ROOT] %name = <result type> opcode(`; the result type is one
-# token (a tuple's, which holds spaces, does not match).
-_INSTRUCTION = r"\s*(?:ROOT )?%?([\w.\-]+) = (\S+) ([\w\-]+)\("
+# shape or a tuple of them (a multi-output fusion's, which holds spaces), with layouts.
+_INSTRUCTION = r"\s*(?:ROOT )?%?([\w.\-]+) = (\((?:[^()]|\([^()]*\))*\)|\S+) ([\w\-]+)\("
 
 
 def _op_kinds(hlo_text):
@@ -219,15 +219,16 @@ def _op_kinds(hlo_text):
       name, _, op = m.groups()
       if op == "fusion":
         called = re.search(r"calls=%?([\w.\-]+)", line)
-        ops = set(re.findall(r"= \S+ ([\w\-]+)\(", "\n".join(comps.get(called.group(1), []))
-                             if called else ""))
+        body = comps.get(called.group(1), []) if called else []
+        ops = {i.group(3) for i in (re.match(_INSTRUCTION, b) for b in body) if i}
       else:
         ops = {op}
       if ops & {"dot", "convolution"}:
         kinds[name] = "dot"
       elif ops & {"reduce", "reduce-window"}:
         kinds[name] = "reduce"
-      elif ops and ops <= {"transpose", "copy", "bitcast", "parameter", "reshape", "broadcast"}:
+      elif ops and ops <= {"transpose", "copy", "bitcast", "parameter", "reshape", "broadcast",
+                           "tuple", "get-tuple-element"}:
         kinds[name] = "layout"
       else:
         kinds[name] = "elementwise"
@@ -241,7 +242,7 @@ def _op_shapes(hlo_text):
   for line in hlo_text.splitlines():
     m = re.match(_INSTRUCTION, line)
     if m:
-      out[m.group(1)] = re.sub(r"\{[^}]*\}$", "", m.group(2))  # no layout
+      out[m.group(1)] = re.sub(r"\{[^}]*\}(?=,|\)|$)", "", m.group(2))  # no layouts
   return out
 
 

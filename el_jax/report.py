@@ -1336,6 +1336,12 @@ def _mlm_sizes_change(R, rel):
              "Holm p (over the table)", "over"], rows)
 
 
+def _direction(diff, p, otherwise):
+  """A claim's word decided by its test: "higher" / "lower" (the sign of `diff`) only at
+  p < 0.05, else `otherwise` ("not told apart")."""
+  return ("higher" if diff > 0 else "lower") if p < 0.05 else otherwise
+
+
 @table("mlm_sizes_claim")
 def _mlm_sizes_claim(R, rel, size, quantity):
   """One size-against-the-first test of a several-model Figures 2 / 5 file as a phrase whose
@@ -1347,7 +1353,7 @@ def _mlm_sizes_claim(R, rel, size, quantity):
   k, unit, dg = ((100, " points", 2) if quantity.startswith("probe") else
                  (1, " nats", 4) if quantity == "valid_mlm_loss" else (1, "", 1))
   p = c.get("p_holm", c["p_value"])
-  word = ("higher" if c["diff"] > 0 else "lower") if p < 0.05 else "not told apart"
+  word = _direction(c["diff"], p, "not told apart")
   holm = f", Holm {p_note(c, 'p_holm', comp['holm_family'])}" if "p_holm" in c else ""
   return f"{word} ({k * c['diff']:+.{dg}f}{unit}, p = {p_note(c)}{holm})"
 
@@ -2443,8 +2449,7 @@ def _fig1_width_claim(R, label, width):
   s_ = wide["seeds"]
   narrow = [ctx["per_seed"]["test_em_hard"][ctx["seeds"].index(x)] for x in s_]
   c = stats.compare(wide["per_seed"]["test_em_hard"], narrow)
-  word = ("higher" if c["diff"] > 0 else "lower") if c["p_value"] < 0.05 else \
-      "not distinguishable"
+  word = _direction(c["diff"], c["p_value"], "not distinguishable")
   return (f"{f(c['mean_b'])} at width 128 (seeds {seeds(s_)}) and {f(c['mean_a'])} at "
           f"{width}: {word} ({sf(c['diff'])}, p = {p_note(c)})")
 

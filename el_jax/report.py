@@ -1407,11 +1407,24 @@ def _mlm_sanity_task(d, task, s):
   sized = d["figure"] in ("size", "embedded")
   by = _sizes_by_models(d) if sized else None
   if by:  # one row per size: mean (std over its models), the settings chosen per model
+    inits = {size: [s["random_init"][f"{size} seed {p['seed']}"] for p in pts]
+             for size, pts in by.items()}
+    # A size stopped early ("128/2/4/512@1000") has its architecture's inits: one row for them
+    # all, named by the architecture, where every such size's inits probe the same.
+    by_arch = {}
+    for size, rs in inits.items():
+      by_arch.setdefault(size.split("@")[0], []).append([r["test_acc_mean"] for r in rs])
+    shared = {a: len(v) > 1 and all(x == v[0] for x in v) for a, v in by_arch.items()}
+    shown = set()
     for size, pts in by.items():
-      inits = [s["random_init"][f"{size} seed {p['seed']}"] for p in pts]
-      for name, rs in ((f"random init (size {size}), {len(pts)} models", inits),
-                       (f"trained, size {size}, {len(pts)} models",
-                        [p["probe"][task] for p in pts])):
+      arch = size.split("@")[0]
+      init_rows = () if arch in shown else (
+          (f"random init (size {arch if shared[arch] else size}), {len(pts)} models",
+           inits[size]),)
+      if shared[arch]:
+        shown.add(arch)
+      for name, rs in init_rows + ((f"trained, size {size}, {len(pts)} models",
+                                    [p["probe"][task] for p in pts]),):
         rows.append([name + " probe", _spread([r["test_acc_mean"] for r in rs], 2, 100),
                      "chosen on valid per model",
                      f"{statistics.fmean(r['feature_rank'] for r in rs):.0f} of "

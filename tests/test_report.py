@@ -409,6 +409,37 @@ def test_the_sanity_table_shows_every_row_and_says_when_a_file_has_none(tmp_path
       "*No sanity rows*")
 
 
+def test_a_size_stopped_early_shares_its_architectures_random_init_row(tmp_path):
+  """Figures 2 / 5 of several models: a size trained fewer steps ("128/2/4/512@1000") has the
+  same random inits as the full one; its init row is shown once, named by the architecture,
+  and a size with other inits keeps its own."""
+  def res(acc):
+    return {"test_acc_mean": acc, "test_acc_std": 0.01, "feature_rank": 9, "num_features": 16}
+  sizes = ("64/1/1/256", "128/2/4/512@1000", "128/2/4/512")
+  points = [{"size": z, "seed": s, "probe": {"10": res(0.5 + i / 10 + s / 100)}}
+            for i, z in enumerate(sizes) for s in (0, 1)]
+  inits = {f"{z} seed {s}": res((0.3 if z.startswith("64") else 0.2) + s / 100)
+           for z in sizes for s in (0, 1)}
+  doc = {"figure": "size", "language": "hmm", "seeds": [0, 1], "points": points,
+         "sanity": {"10": {"num_test": 100, "majority": 0.01, "bayes": 0.8,
+                           "lookup_table": res(0.6), "random_init": inits}}}
+  (tmp_path / report.RESULTS / "mlm_flatness").mkdir(parents=True)
+  (tmp_path / report.RESULTS / "mlm_flatness" / "x.json").write_text(json.dumps(doc))
+  table = report.TABLES["mlm_sanity"](report.Results(str(tmp_path)), "x.json")
+  names = [ln.split(" | ")[0][2:] for ln in table.splitlines()[2:]]
+  assert names[-5:] == ["random init (size 64/1/1/256), 2 models probe",
+                        "trained, size 64/1/1/256, 2 models probe",
+                        "random init (size 128/2/4/512), 2 models probe",
+                        "trained, size 128/2/4/512@1000, 2 models probe",
+                        "trained, size 128/2/4/512, 2 models probe"], names
+  inits["128/2/4/512 seed 1"] = res(0.25)  # other inits: the row is not shared
+  (tmp_path / report.RESULTS / "mlm_flatness" / "x.json").write_text(json.dumps(doc))
+  table = report.TABLES["mlm_sanity"](report.Results(str(tmp_path)), "x.json")
+  names = [ln.split(" | ")[0][2:] for ln in table.splitlines()[2:]]
+  assert "random init (size 128/2/4/512@1000), 2 models probe" in names, names
+  assert "random init (size 128/2/4/512), 2 models probe" in names, names
+
+
 def test_probe_tables_show_every_task_of_a_file(tmp_path):
   """--tasks=10,6: mlm_training gives a probe column per task and mlm_sanity a table per task,
   each with that task's numbers (not the first task's twice)."""

@@ -170,10 +170,12 @@ class Grid:
     return run
 
   def stored_row(self, run, cfg):
-    """The row of `run` in the results file if its config is `cfg` (up to inert fields)."""
+    """The row of `run` in the results file if its config is `cfg` (up to inert fields and
+    `progress`, which the experiments set through `configure` and a declared run does not)."""
     row = self._stored.get(run.label)
     if row is None or config_lib.config_diff(config_lib.flatten(row.get("config") or {}),
-                                             config_lib.flatten(config_lib.config_dict(cfg))):
+                                             config_lib.flatten(config_lib.config_dict(cfg)),
+                                             ignore=frozenset({"progress"})):
       return None
     return {**row, **run.extra}
 

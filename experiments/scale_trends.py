@@ -91,9 +91,6 @@ PREREGISTERED = {"statistic": "slope of mean(e1_warmup) - mean(ce) against log2(
                  "interval": "95% percentile bootstrap over each arm's test seeds per point",
                  "claim": "the interval excludes 0", "min_points": 3,
                  "min_test_seeds": 5, "equal_tuning_budgets": True}
-# The designs whose test runs were all made after PREREGISTERED was fixed (2026-11-29; the
-# copy task's test seeds 7-11 with CE's four candidates): their trend test is not post hoc.
-FIXED_BEFORE_TEST_RUNS = {("copy_task", "cpu")}
 
 
 @dataclasses.dataclass
@@ -113,6 +110,9 @@ class Design:
   chance: float | None = None
   paper: str = ""
   prepare: object = None    # prepare(point name): run before a point's first run (pretraining)
+  # Every test run made after PREREGISTERED was fixed (2026-11-29): its trend test is not
+  # post hoc (the copy task's test seeds 7-11 with CE's four candidates).
+  fixed_before_test_runs: bool = False
 
 
 def _lr_warmup(lrs, warmups, lam=1.0, ce_lrs=None):
@@ -146,7 +146,7 @@ def design(task, size="cpu", runs_dir=RUNS_DIR):
         points=[(f"k={k}", string * k, {"data.context_len": string * k}) for k in ks],
         candidates=_lr_warmup(lrs, warmups, ce_lrs=ce_lrs), tune_seeds=tune_seeds,
         test_seeds={f"k={k}": test_seeds for k in ks}, select_metric="valid_em_hard",
-        test_metric="test_em_hard", chance=1 / 26,
+        test_metric="test_em_hard", chance=1 / 26, fixed_before_test_runs=size == "cpu",
         paper="seed 000 Fig. 1a: CE's hard-test accuracy falls as the context grows (width "
               "1024, 4 layers); Sec. 4: E2 + warmup perfect on hard test strings at L_c = 5, "
               "L_p = 2000")
@@ -325,7 +325,7 @@ def trend_test(d, done, rows):
   k = math.log(2)
   budgets = {m: len(cs) for m, cs in d.candidates.items()}
   return {"design": PREREGISTERED,
-          "fixed_before_test_runs": (d.config, d.variant) in FIXED_BEFORE_TEST_RUNS,
+          "fixed_before_test_runs": d.fixed_before_test_runs,
           "slope_per_doubling": k * t["slope"],
           "ci95_per_doubling": [k * x for x in t["ci95"]], "diffs": t["diffs"],
           "conditions": {"min_test_seeds": t["n_seeds_min"] >= PREREGISTERED["min_test_seeds"],

@@ -61,24 +61,25 @@ def test_op_shapes_drop_the_layout():
   assert bench._op_shapes(text) == {"p": "f32[8,4]", "t": "f32[4,8]"}
 
 
-def test_a_multi_output_fusion_is_profiled():
-  """An instruction whose result is a tuple (a multi-output fusion) has a kind and a shape,
-  not only the one-type ones."""
-  text = ("%fused (p0: f32[8,4]) -> (f32[8], f32[8,4]) {\n"
-          "  %p0 = f32[8,4]{1,0} parameter(0)\n"
-          "  %e = f32[8,4]{1,0} exponential(%p0)\n"
-          "  %z = f32[] constant(0)\n"
-          "  %r = f32[8]{0} reduce(%e, %z), dimensions={1}, to_apply=%add\n"
-          "  ROOT %t = (f32[8]{0}, f32[8,4]{1,0}) tuple(%r, %e)\n}\n\n"
+def _one_fusion(body):
+  """An HLO module whose entry is one multi-output fusion (a tuple result) of `body`, whose
+  instructions end in %r and %e."""
+  return ("%fused (p0: f32[8,4]) -> (f32[8], f32[8,4]) {\n  %p0 = f32[8,4]{1,0} parameter(0)\n"
+          + body + "  ROOT %t = (f32[8]{0}, f32[8,4]{1,0}) tuple(%r, %e)\n}\n\n"
           "ENTRY %main (p: f32[8,4]) -> (f32[8], f32[8,4]) {\n"
           "  %p = f32[8,4]{1,0} parameter(0)\n"
           "  ROOT %fusion.3 = (f32[8]{0}, f32[8,4]{1,0}) fusion(%p), kind=kLoop, calls=%fused\n}\n")
+
+
+def test_a_multi_output_fusion_is_profiled():
+  """An instruction whose result is a tuple (a multi-output fusion) has a kind and a shape,
+  not only the one-type ones."""
+  text = _one_fusion("  %e = f32[8,4]{1,0} exponential(%p0)\n  %z = f32[] constant(0)\n"
+                     "  %r = f32[8]{0} reduce(%e, %z), dimensions={1}, to_apply=%add\n")
   assert bench._op_kinds(text)["fusion.3"] == "reduce"
   assert bench._op_shapes(text)["fusion.3"] == "(f32[8], f32[8,4])"
   # copies with a tuple root: still layout
-  copies = text.replace("exponential(%p0)", "copy(%p0)").replace(
-      "reduce(%e, %z), dimensions={1}, to_apply=%add", "copy(%e)").replace("f32[8]{0}", "f32[8,4]{1,0}")
-  copies = copies.replace("  %z = f32[] constant(0)\n", "")
+  copies = _one_fusion("  %e = f32[8,4]{1,0} copy(%p0)\n  %r = f32[8,4]{1,0} copy(%e)\n")
   assert bench._op_kinds(copies)["fusion.3"] == "layout", copies
 
 

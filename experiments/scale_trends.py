@@ -28,8 +28,9 @@ point, with the same number of candidates for CE + warmup and E1 + warmup:
   the 20,000 reference test graphs.
 * path_star_budget: training budget at 2 x 128 (the axis the Table 1 section finds binding),
   G(2,3), 2500, 10,000 and 40,000 steps of batch 32 (1.6, 6.4 and 25.6 passes over the
-  50,000 training graphs; about 1, 2.5 and 10 min a run on the 2-core machine alone). Candidates and choice as for path_star; tested on new seeds 6-10 at every
-  point, with PREREGISTERED fixed (and the prediction in CHANGELOG.md written) before any ran.
+  50,000 training graphs; about 1, 2.5 and 10 min a seed on the 2-core machine alone).
+  Candidates and choice as for path_star; tested on new seeds 6-10 at every point, with
+  PREREGISTERED fixed (and the prediction in CHANGELOG.md written) before any ran.
 * label_copy: pretraining of the small GPT-2 (`configs/text_lm.py:cpu`, 16 rows x 64 tokens
   per step) for 200, 800 (the label-copy experiment's) and 3200 steps, each exported and
   fine-tuned on KJV label copy (`configs/label_copy.py:cpu`, 400 steps). Candidates: CE at lr
@@ -120,6 +121,13 @@ class Design:
   fixed_before_test_runs: bool = False
 
 
+# Path-star's graph, and the paper's figure for it, shared by the size and budget trends.
+G23 = {"data.degree": 2, "data.path_len": 3}
+PATH_STAR_PAPER = ("seed 000 Table 1, G(2,3), GPT-Mini (6 x 384 is the reference repository's "
+                   "size): CE 0.289 (0.123, 0.472), E1 + warmup 0.655 (0.486, 0.976) goal-node "
+                   "accuracy")
+
+
 def _lr_warmup(lrs, warmups, lam=1.0, ce_lrs=None):
   """Candidates: CE at each of `ce_lrs` (default `lrs`); CE + warmup and E1 (lam) + warmup
   at each lr x warmup."""
@@ -156,7 +164,7 @@ def design(task, size="cpu", runs_dir=RUNS_DIR):
               "1024, 4 layers); Sec. 4: E2 + warmup perfect on hard test strings at L_c = 5, "
               "L_p = 2000")
   if task == "path_star":
-    graph = {"data.degree": 2, "data.path_len": 3}
+    graph = G23
     if size == "cpu":
       shapes = ((2, 128, 4), (3, 192, 4), (4, 256, 4))
       lrs, warmup = (3e-4, 1e-3), 1000
@@ -178,21 +186,18 @@ def design(task, size="cpu", runs_dir=RUNS_DIR):
         candidates=cands, tune_seeds=tune_seeds, test_seeds=test_seeds,
         select_metric="valid_em_all", test_metric="test_em_all", base=base,
         tune_extra=tune_extra, chance=0.5,
-        paper="seed 000 Table 1, G(2,3), GPT-Mini (6 x 384 is the reference repository's "
-              "size): CE 0.289 (0.123, 0.472), E1 + warmup 0.655 (0.486, 0.976) goal-node "
-              "accuracy")
+        paper=PATH_STAR_PAPER)
   if task == "path_star_budget":
     # The axis the Table 1 section finds binding: graphs seen, at the 2 x 128 shape (the
     # cheapest of the size trend). New test seeds, fixed with PREREGISTERED before any ran.
     if size == "cpu":
       steps, batch, (l, d_model, h) = (2500, 10_000, 40_000), 32, (2, 128, 4)
       lrs, warmup, tune_seeds, test_seeds = (3e-4, 1e-3), 1000, (0,), (6, 7, 8, 9, 10)
-      base = {"data.degree": 2, "data.path_len": 3, "data.test_file": "reference"}
-      tune_extra = {"data.num_test": 2000}
+      base, tune_extra = {**G23, "data.test_file": "reference"}, {"data.num_test": 2000}
     else:
       steps, batch, (l, d_model, h) = (8, 16), 16, (1, 16, 2)
       lrs, warmup, tune_seeds, test_seeds = (3e-3, 1e-2), 4, (0,), (1, 2)
-      base, tune_extra = {"data.degree": 2, "data.path_len": 3}, {}
+      base, tune_extra = dict(G23), {}
     base = {**base, "model.num_layers": l, "model.embed_dim": d_model, "model.num_heads": h,
             "train.batch_size": batch}
     return Design(
@@ -204,9 +209,8 @@ def design(task, size="cpu", runs_dir=RUNS_DIR):
         test_seeds={f"steps={n}": test_seeds for n in steps}, select_metric="valid_em_all",
         test_metric="test_em_all", base=base, tune_extra=tune_extra, chance=0.5,
         fixed_before_test_runs=size == "cpu",
-        paper="seed 000 Table 1, G(2,3), GPT-Mini: CE 0.289 (0.123, 0.472), E1 + warmup 0.655 "
-              "(0.486, 0.976) goal-node accuracy; the reference repository's README command "
-              "trains 100k steps of batch 256")
+        paper=PATH_STAR_PAPER + "; the reference repository's README command trains 100k "
+              "steps of batch 256")
   if task == "label_copy":
     if size == "cpu":
       pre_steps, lrs, warmups, steps = (200, 800, 3200), (3e-4, 1e-3), (100, 200), 400

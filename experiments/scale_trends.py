@@ -164,20 +164,19 @@ def design(task, size="cpu", runs_dir=RUNS_DIR):
               "1024, 4 layers); Sec. 4: E2 + warmup perfect on hard test strings at L_c = 5, "
               "L_p = 2000")
   if task == "path_star":
-    graph = G23
     if size == "cpu":
       shapes = ((2, 128, 4), (3, 192, 4), (4, 256, 4))
       lrs, warmup = (3e-4, 1e-3), 1000
       tune_seeds = (0,)
       test_seeds = {"2x128": (1, 2, 3, 4, 5), "3x192": (1, 2, 3), "4x256": (1, 2, 3)}
-      base = {**graph, "data.test_file": "reference"}
+      base = {**G23, "data.test_file": "reference"}
       tune_extra = {"data.num_test": 2000}
     else:
       shapes = ((1, 16, 2), (2, 16, 2))
       lrs, warmup = (3e-3, 1e-2), 4
       tune_seeds = (0,)
       test_seeds = {"1x16": (1, 2), "2x16": (1, 2)}
-      base, tune_extra = dict(graph), {}
+      base, tune_extra = dict(G23), {}
     cands = _lr_warmup(lrs, (warmup,))
     return Design(
         config="path_star", variant=size, axis="model size (layers x width; GPT-mini is 6 x 384)",

@@ -928,25 +928,30 @@ def test_the_pcfg_masking_sentences_hold():
       "but not above them", "the trained-above-random check of issue 34 is not met there")
 
 
+def _pcfg_probes(rel):
+  """A committed pretrained PCFG file under results/mlm_flatness: the document, each task's
+  trained models' probe accuracies and their random inits' (by model seed 0, 1, 2)."""
+  doc = json.load(open(os.path.join(ROOT, report.RESULTS, "mlm_flatness", rel)))
+  trained = {t: [p["probe"][t]["test_acc_mean"] for p in doc["points"]] for t in "ABC"}
+  inits = {t: [doc["sanity"][t]["random_init"][k]["test_acc_mean"] for k in "012"]
+           for t in "ABC"}
+  return doc, trained, inits
+
+
 def test_the_pcfg_48k_probe_sentences_hold():
   """The seed-002 page's section on the 48,000-step PCFG encoders (issue 34), recomputed from
   its committed file: the same inits as the 12,000-step file (read back from the probe cache);
   every model above its own init on A and B (p at the floor of 3 pairs), one of three on C;
-  the words alone below the trained models on A and above every encoder on B and C; the lookup table below every
-  init on C; every valid gap above the predicted 0.10 and below its 12,000-step value; every
+  the words alone below the trained models on A and above every encoder on B and C; the
+  lookup table below every init on C; every valid gap above the predicted 0.10 and below its 12,000-step value; every
   probe up from 12,000 steps; the phrases on the page."""
-  res = os.path.join(ROOT, report.RESULTS, "mlm_flatness")
-  big = json.load(open(os.path.join(res, "pcfg_bert_48k_100k", "pretrained_pcfg.json")))
-  short = json.load(open(os.path.join(res, "pcfg_bert_12k_100k", "pretrained_pcfg.json")))
+  big, trained, inits = _pcfg_probes("pcfg_bert_48k_100k/pretrained_pcfg.json")
+  short, before, short_inits = _pcfg_probes("pcfg_bert_12k_100k/pretrained_pcfg.json")
   assert big["pretrain"] == {"data.masking": "bert", "train.num_steps": 48000}
   assert big["args"]["probe_train"] == short["args"]["probe_train"] == 100_000
   assert [p["seed"] for p in big["points"]] == [p["seed"] for p in short["points"]] == [0, 1, 2]
   c, s = big["comparison"]["vs_random_init"], big["sanity"]
-  trained = {t: [p["probe"][t]["test_acc_mean"] for p in big["points"]] for t in "ABC"}
-  before = {t: [p["probe"][t]["test_acc_mean"] for p in short["points"]] for t in "ABC"}
-  inits = {t: [s[t]["random_init"][k]["test_acc_mean"] for k in "012"] for t in "ABC"}
-  assert inits == {t: [short["sanity"][t]["random_init"][k]["test_acc_mean"] for k in "012"]
-                   for t in "ABC"}
+  assert inits == short_inits
   for t in "AB":
     assert c[t]["trained_above_random_in"] == 3 and c[t]["p_value"] == c[t]["p_floor"] == 0.25
     assert all(x > i for x, i in zip(trained[t], inits[t]))
@@ -976,16 +981,14 @@ def test_the_pcfg_100k_probe_sentences_hold():
   model above its init (p at the floor), every probe above its 10,000-example value with the
   inits gaining more than the trained models, the words alone above every encoder and the
   lookup table below every init; the phrases on the page."""
-  res = os.path.join(ROOT, report.RESULTS, "mlm_flatness")
-  big = json.load(open(os.path.join(res, "pcfg_bert_12k_100k", "pretrained_pcfg.json")))
-  small = json.load(open(os.path.join(res, "pcfg_bert_12k", "pretrained_pcfg.json")))
+  big, trained, inits = _pcfg_probes("pcfg_bert_12k_100k/pretrained_pcfg.json")
+  small = json.load(open(os.path.join(ROOT, report.RESULTS, "mlm_flatness", "pcfg_bert_12k",
+                                      "pretrained_pcfg.json")))
   assert big["pretrain"] == {"data.masking": "bert", "train.num_steps": 12000}
   assert big["args"]["probe_train"] == 100_000 and small["args"]["probe_train"] == 10_000
   assert [p["seed"] for p in big["points"]] == [0, 1, 2]
   assert sorted(big["sanity"]) == ["A", "B", "C"]
   c, s = big["comparison"]["vs_random_init"], big["sanity"]
-  trained = {t: [p["probe"][t]["test_acc_mean"] for p in big["points"]] for t in "ABC"}
-  inits = {t: [s[t]["random_init"][k]["test_acc_mean"] for k in "012"] for t in "ABC"}
   assert c["A"]["trained_above_random_in"] == 3 and c["A"]["p_value"] == c["A"]["p_floor"] == 0.25
   assert all(x > i for x, i in zip(trained["A"], inits["A"]))
   assert min(trained["A"]) > s["A"]["words"]["test_acc_mean"]

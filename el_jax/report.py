@@ -2532,8 +2532,13 @@ def _scale_trend_slope(R, *tasks):
     if missing:
       out.append([task] + ["-"] * 5 + [missing])
       continue
-    rows = {r["label"]: r for r in doc["rows"]}
     metric = doc["test_metric"]
+    if len(doc["trend"]) < stats.TREND_MIN_POINTS:  # a design part-way through its points
+      out.append([f"`{task}` (`{metric}`)", " / ".join(e["point"] for e in doc["trend"])]
+                 + ["-"] * 4 + [f"{len(doc['trend'])} of {len(doc['test_seeds'])} points "
+                                f"finished; the test needs {stats.TREND_MIN_POINTS}"])
+      continue
+    rows = {r["label"]: r for r in doc["rows"]}
     xs = [e["x"] for e in doc["trend"]]
     a = [rows[f"{e['point']} e1_warmup"]["per_seed"][metric] for e in doc["trend"]]
     b = [rows[f"{e['point']} ce"]["per_seed"][metric] for e in doc["trend"]]

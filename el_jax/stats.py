@@ -90,6 +90,7 @@ def compare(a, b):
 
 
 MIN_CI_N = 4  # a bootstrap interval over 3 or fewer values resamples 10 or fewer distinct means
+TREND_MIN_POINTS = 3  # trend_slope: a line through 2 points has no residual to test against
 
 
 def sign_flip_test(diffs, max_exact=1 << 20, num_samples=100_000, seed=0):
@@ -188,8 +189,9 @@ def trend_slope(xs, a_by_point, b_by_point, log=True, level=0.95, num_samples=20
   through 2 points has no residual, so nothing to test it against) and distinct x.
   """
   x = np.asarray(xs, np.float64)
-  if x.size < 3 or len(a_by_point) != x.size or len(b_by_point) != x.size:
-    raise ValueError(f"trend_slope needs >= 3 points with both arms at each; got {x.size}")
+  if x.size < TREND_MIN_POINTS or len(a_by_point) != x.size or len(b_by_point) != x.size:
+    raise ValueError(f"trend_slope needs >= {TREND_MIN_POINTS} points with both arms at each; "
+                     f"got {x.size}")
   if np.any(x <= 0) and log:
     raise ValueError("trend_slope(log=True) needs positive x")
   t = np.log(x) if log else x

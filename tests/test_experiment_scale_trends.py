@@ -112,7 +112,7 @@ def test_scale_trends_at_test_size(tmp_path):
     st.run_task("copy_task", "test", out, runs, points=["k=9"])
 
 
-@pytest.mark.parametrize("task", ["copy_task", "path_star", "label_copy"])
+@pytest.mark.parametrize("task", ["copy_task", "path_star", "path_star_budget", "label_copy"])
 def test_committed_scale_trends_recompute(task):
   path = os.path.join(COMMITTED, f"{task}.json")
   st = _script("scale_trends")
@@ -139,3 +139,28 @@ def test_label_copy_points_fine_tune_from_the_checkpoint_their_pretraining_write
     assert over["model.pretrained"] == export and export.startswith("R")
     assert x == steps * 16 * 64  # tokens seen: steps x rows x tokens per row (text_lm:cpu)
   assert len({c[1] for c in calls}) == 3  # one pretraining folder per point
+
+
+def test_the_path_star_budget_sentences_hold():
+  """The seed-000 page's part-way bullet on path_star_budget: for every finished point the
+  prediction's parts (E1 + warmup - CE within 0.02 with Holm p >= 0.05, CE's test EM in
+  [0.48, 0.52]), and where each row says it ran."""
+  page = open(os.path.join(ROOT, "docs", "results", "templates",
+                           "seed000_equal_learning.md")).read()
+  assert "the prediction's parts for those points hold" in page  # (change both together)
+  doc = json.load(open(os.path.join(COMMITTED, "path_star_budget.json")))
+  tune = json.load(open(os.path.join(COMMITTED, "path_star_budget_tune.json")))
+  assert doc["trend"], "no finished point"
+  for e in doc["trend"]:
+    c = e["e1_warmup_vs_ce"]
+    assert abs(c["diff"]) <= 0.02 and c["p_holm"] >= 0.05, e
+    assert 0.48 <= c["mean_b"] <= 0.52, e
+
+  def cpu(r):
+    return "Intel" if "Intel" in r["ran_on"]["cpu"] else "AMD EPYC" if "AMD EPYC" in \
+        r["ran_on"]["cpu"] else r["ran_on"]["cpu"]
+
+  for r in tune["rows"] + doc["rows"]:
+    first = r["point"] == "steps=2500"
+    intel = first and (r in tune["rows"] or r["method"] == "ce")
+    assert cpu(r) == ("Intel" if intel else "AMD EPYC"), (r["label"], r["ran_on"]["cpu"])

@@ -470,6 +470,14 @@ def test_the_trend_test_is_post_hoc_unless_its_runs_came_after_it(tmp_path):
   row = row.splitlines()[2]
   assert "| falls, post hoc |" in row and "unequal tuning (4 vs 2 candidates)" in row, row
   assert "test fixed after these runs" in row, row
+  # A design part-way through its points: no slope over fewer than 3, and the row says so.
+  doc["trend"] = doc["trend"][:2]
+  doc["test_seeds"] = {p: [7, 8, 9, 10, 11] for p, _ in points}
+  path.write_text(json.dumps(doc))
+  row = report.TABLES["scale_trend_slope"](report.Results(str(tmp_path)), "copy_task")
+  row = row.splitlines()[2]
+  assert row.startswith("| `copy_task` (`test_em_hard`) | k=1 / k=2 | - |"), row
+  assert row.endswith("| 2 of 3 points finished; the test needs 3 |"), row
 
 
 def test_probe_tables_show_every_task_of_a_file(tmp_path):

@@ -42,7 +42,9 @@ IGNORED = ("seeds", "progress", "num_devices", "train.eval_every", "train.log_ev
 # before had (el_jax/config.py's defaults): a row that lacks one matches a row that records
 # this value, and no other.
 DEFAULTS = {"loss.reduction": "mean", "train.cpu_dots": "xla", "data.pipeline": "memory",
-            "train.vmap_seeds": False, "train.vmap_seeds_impl": "auto", "optim.decay_frac": 0.1}
+            "train.vmap_seeds": False, "train.vmap_seeds_impl": "auto", "optim.decay_frac": 0.1,
+            "train.attention_blocks": 1, "data.max_sentences": 0, "model.init_std": 0.02,
+            "data.trans_concentration": 0.0, "data.emit_concentration": 0.0}
 
 
 def flatten(d, prefix=""):

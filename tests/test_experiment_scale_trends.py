@@ -142,20 +142,34 @@ def test_label_copy_points_fine_tune_from_the_checkpoint_their_pretraining_write
 
 
 def test_the_path_star_budget_sentences_hold():
-  """The seed-000 page's bullets on path_star_budget: for every finished point the
-  prediction's parts (E1 + warmup - CE within 0.02 with Holm p >= 0.05, CE's test EM in
-  [0.48, 0.52]), the CE + warmup lead at 10,000 steps, and where each row says it ran."""
+  """The seed-000 page's bullets on path_star_budget: the prediction's parts (E1 + warmup - CE
+  within 0.02 with Holm p >= 0.05 and CE's test EM in [0.48, 0.52] at every point, the slope
+  interval around 0, CE's training EM at 40,000 steps below 0.8), the memorisation bullet, the
+  CE + warmup lead at 10,000 steps, and where each row says it ran."""
   st = _script("scale_trends")
   page = open(os.path.join(ROOT, "docs", "results", "templates",
                            "seed000_equal_learning.md")).read()
-  assert "the prediction's parts for those points hold" in page  # (change both together)
+  assert "does not appear along the training budget either" in page  # (change both together)
   doc = json.load(open(os.path.join(COMMITTED, "path_star_budget.json")))
   tune = json.load(open(os.path.join(COMMITTED, "path_star_budget_tune.json")))
-  assert doc["trend"], "no finished point"
+  assert [e["point"] for e in doc["trend"]] == ["steps=2500", "steps=10000", "steps=40000"]
   for e in doc["trend"]:
     c = e["e1_warmup_vs_ce"]
     assert abs(c["diff"]) <= 0.02 and c["p_holm"] >= 0.05, e
     assert 0.48 <= c["mean_b"] <= 0.52, e
+  t = doc["trend_test"]
+  assert t["fixed_before_test_runs"] and t["ci95_per_doubling"][0] < 0 < t["ci95_per_doubling"][1]
+  assert not t["claimed"] and all(t["conditions"].values()), t
+  by = {r["label"]: r["aggregate"] for r in doc["rows"]}
+  assert by["steps=40000 ce"]["train_em_all"]["mean"] < 0.8
+  # "More steps memorise": every method fits more training graphs at 40,000 than at 2500
+  # steps, tests at 1/d there, and E1 + warmup fits fewer than CE.
+  for m in st.METHODS:
+    assert by[f"steps=40000 {m}"]["train_em_all"]["mean"] > \
+        by[f"steps=2500 {m}"]["train_em_all"]["mean"] + 0.05, m
+    assert 0.48 <= by[f"steps=40000 {m}"]["test_em_all"]["mean"] <= 0.52, m
+  assert by["steps=40000 e1_warmup"]["train_em_all"]["mean"] < \
+      by["steps=40000 ce"]["train_em_all"]["mean"]
 
   # The CE + warmup lead at 10,000 steps: seed 9 alone above 0.6, its training EM within
   # 0.02 of its test EM; every CE model fits more than it answers; E1 + warmup at most 0.51.

@@ -180,10 +180,9 @@ def test_the_path_star_budget_sentences_hold():
   i = cw["seeds"].index(9)
   assert abs(cw["per_seed"]["train_em_all"][i] - cw["per_seed"]["test_em_all"][i]) < 0.02
   assert "seed 9 answers three test graphs in four" in page
-  for p, _, _ in st.design("path_star_budget", "cpu").points:
-    if f"{p} ce" in rows:
-      ce = rows[f"{p} ce"]["per_seed"]
-      assert all(tr > te for tr, te in zip(ce["train_em_all"], ce["test_em_all"])), p
+  for e in doc["trend"]:
+    ce = rows[f"{e['point']} ce"]["per_seed"]
+    assert all(tr > te for tr, te in zip(ce["train_em_all"], ce["test_em_all"])), e["point"]
   assert max(rows["steps=10000 e1_warmup"]["per_seed"]["test_em_all"]) <= 0.51
 
   def cpu(r):

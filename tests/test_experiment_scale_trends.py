@@ -160,7 +160,8 @@ def test_the_path_star_budget_sentences_hold():
   t = doc["trend_test"]
   assert t["fixed_before_test_runs"] and t["ci95_per_doubling"][0] < 0 < t["ci95_per_doubling"][1]
   assert not t["claimed"] and all(t["conditions"].values()), t
-  by = {r["label"]: r["aggregate"] for r in doc["rows"]}
+  rows = {r["label"]: r for r in doc["rows"]}
+  by = {label: r["aggregate"] for label, r in rows.items()}
   assert by["steps=40000 ce"]["train_em_all"]["mean"] < 0.8
   # "More steps memorise": every method fits more training graphs at 40,000 than at 2500
   # steps, tests at 1/d there, and E1 + warmup fits fewer than CE.
@@ -173,7 +174,6 @@ def test_the_path_star_budget_sentences_hold():
 
   # The CE + warmup lead at 10,000 steps: seed 9 alone above 0.6, its training EM within
   # 0.02 of its test EM; every CE model fits more than it answers; E1 + warmup at most 0.51.
-  rows = {r["label"]: r for r in doc["rows"]}
   cw = rows["steps=10000 ce_warmup"]
   high = [s for s, v in zip(cw["seeds"], cw["per_seed"]["test_em_all"]) if v > 0.6]
   assert high == [9], cw["per_seed"]["test_em_all"]

@@ -951,8 +951,8 @@ def test_the_pcfg_48k_probe_sentences_hold():
   its committed file: the same inits as the 12,000-step file (read back from the probe cache);
   every model above its own init on A and B (p at the floor of 3 pairs), one of three on C;
   the words alone below the trained models on A and above every encoder on B and C; the
-  lookup table below every init on C; every valid gap above the predicted 0.10 and below its 12,000-step value; every
-  probe up from 12,000 steps; the phrases on the page."""
+  lookup table below every init on C; every valid gap above the predicted 0.10 and below its
+  12,000-step value; every probe up from 12,000 steps; the phrases on the page."""
   big, trained, inits = _pcfg_probes("pcfg_bert_48k_100k/pretrained_pcfg.json")
   short, before, short_inits = _pcfg_probes("pcfg_bert_12k_100k/pretrained_pcfg.json")
   assert big["pretrain"] == {"data.masking": "bert", "train.num_steps": 48000}

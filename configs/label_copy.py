@@ -72,7 +72,7 @@ def get_config(arg="cpu"):
   c.model.mlp_dim = 0  # MLP hidden width (0 = 4 * embed_dim)
   c.model.doc_mask = True  # segment ids: the sentence never attends to the padding before it (required)
   c.model.dtype = "float32"  # compute dtype: "float32" | "bfloat16"
-  c.model.pretrained = ""  # Hugging Face GPT-2 checkpoint directory whose weights start the model ("" = random init)
+  c.model.pretrained = ""  # Hugging Face GPT-2 checkpoint directory whose weights start the model ("" = random init; "{seed}" in it = one per model seed)
 
   c.loss = blocks.loss()
 

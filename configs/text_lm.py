@@ -56,7 +56,7 @@ def get_config(arg="cpu"):
   c.model.mlp_dim = 0  # MLP hidden width (0 = 4 * embed_dim)
   c.model.doc_mask = False  # GPT-2 packing: rows cross sentence boundaries at <|endoftext|>
   c.model.dtype = "float32"  # compute dtype: "float32" | "bfloat16"
-  c.model.pretrained = ""  # Hugging Face GPT-2 checkpoint directory to continue from ("" = random init)
+  c.model.pretrained = ""  # Hugging Face GPT-2 checkpoint directory to continue from ("" = random init; "{seed}" in it = one per model seed)
 
   c.loss = ml_collections.ConfigDict()
   c.loss.name = "ce"  # pretraining objective (see el_jax.losses.LOSSES)

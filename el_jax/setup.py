@@ -28,15 +28,35 @@ from el_jax.models import decoder
 from el_jax.models import pretrained
 
 
-def load_pretrained(config, task):
-  """(DecoderConfig, params) of the Hugging Face GPT-2 checkpoint `config.model.pretrained`.
+SEED_FIELD = "{seed}"
+
+
+def pretrained_path(config, seed=None):
+  """The checkpoint directory `model.pretrained` names for model seed `seed` (default: the
+  config's first): a path containing "{seed}" names one checkpoint per seed (several
+  independently pretrained models fine-tuned in one run, seed s from checkpoint s); any other
+  path is every seed's. A brace other than "{seed}" is a ValueError."""
+  path = config.model.get("pretrained", "")
+  rest = path.replace(SEED_FIELD, "")
+  if "{" in rest or "}" in rest:
+    raise ValueError(f"model.pretrained={path!r}: the only field a path may contain is "
+                     f"{SEED_FIELD} (the model seed)")
+  if SEED_FIELD not in path:
+    return path
+  seed = int(config.seeds[0]) if seed is None else int(seed)
+  return path.replace(SEED_FIELD, str(seed))
+
+
+def load_pretrained(config, task, seed=None):
+  """(DecoderConfig, params) of the Hugging Face GPT-2 checkpoint `config.model.pretrained`
+  (of model seed `seed` where the path contains "{seed}": `pretrained_path`).
 
   The architecture is the checkpoint's: `model.preset` must be "gpt2" and the size fields of
   config.model (num_layers, num_heads, embed_dim, mlp_dim) must equal the checkpoint's, and
   the task's vocabulary and context must fit it; otherwise a ValueError names what differs.
   """
   m = config.model
-  path = m.pretrained
+  path = pretrained_path(config, seed)
   if m.preset != "gpt2":
     raise ValueError(f"model.pretrained={path!r} is a GPT-2 checkpoint; set model.preset='gpt2' "
                      f"(got {m.preset!r})")
@@ -85,15 +105,32 @@ class Setup:
     # None: the task's own model (Task.init_params), not a decoder.
     self.model_cfg = None if own else step_lib.model_config(config, self.task.vocab_size,
                                                             self.task.context_len)
-    self.pretrained_params = None
+    self.pretrained_params = None  # the first seed's checkpoint (every seed's without "{seed}")
     if config.model.get("pretrained", ""):
       self.model_cfg, self.pretrained_params = load_pretrained(config, self.task)
+      self._pretrained_cfg = self.model_cfg
       self.model_cfg = step_lib.with_attention_blocks(self.model_cfg, config)
     self.scored_positions = self.task.scored_positions
 
   def batch(self, seed, step):
     """The training batch of `step` for model seed `seed` (the task's)."""
     return self.task.batch(seed, step)
+
+  def pretrained_params_for(self, seed):
+    """The pretrained weights model seed `seed` starts from (None without model.pretrained):
+    its own checkpoint where the path contains "{seed}", which must have the architecture of
+    the first seed's (the one the model was built for)."""
+    if self.pretrained_params is None:
+      return None
+    if pretrained_path(self.config, seed) == pretrained_path(self.config):
+      return self.pretrained_params
+    cfg, params = load_pretrained(self.config, self.task, seed)
+    if cfg != self._pretrained_cfg:
+      raise ValueError(f"model.pretrained: the checkpoint of seed {seed} "
+                       f"({pretrained_path(self.config, seed)}) is {cfg}, not the architecture of "
+                       f"the first seed's ({self._pretrained_cfg}); every seed's checkpoint must "
+                       f"be the same model")
+    return params
 
 
 def make_setup(config):
@@ -366,9 +403,13 @@ def validate_config(config):
     raise ValueError(f"train.init_from={src!r} is not a workdir with checkpoints of seed "
                      f"{int(seeds[0])}; give a finished run of the same model (or '' = none)")
   pre = config.model.get("pretrained", "")
-  if pre and not os.path.isfile(os.path.join(pre, "config.json")):
-    raise ValueError(f"model.pretrained={pre!r} is not a Hugging Face GPT-2 checkpoint directory "
-                     f"(config.json + model.safetensors); give one, or '' for random weights")
+  for s in (seeds if SEED_FIELD in pre else seeds[:1]) if pre else ():
+    path = pretrained_path(config, s)
+    if not os.path.isfile(os.path.join(path, "config.json")):
+      of = f" (seed {int(s)}: {path!r})" if SEED_FIELD in pre else ""
+      raise ValueError(f"model.pretrained={pre!r}{of} is not a Hugging Face GPT-2 checkpoint "
+                       f"directory (config.json + model.safetensors); give one, or '' for "
+                       f"random weights")
   if not isinstance(config.get("progress", True), bool):
     raise ValueError(f"progress={config.progress!r} must be True or False")
   n = config.get("num_devices", 0)

@@ -29,7 +29,8 @@ from el_jax import step as step_lib
 from el_jax import workdir as wd
 # What the loop is built from (el_jax.setup), under the names callers have always used.
 from el_jax.setup import (VMAP_SEEDS_IMPLS, Setup, Trainer, flatness_every,  # noqa: F401
-                          load_pretrained, make_setup, validate_config, validate_vmap_seeds)
+                          load_pretrained, make_setup, pretrained_path, validate_config,
+                          validate_vmap_seeds)
 
 
 # ----------------------------------------------------------------------------
@@ -217,13 +218,14 @@ def starting_state(trainer, seed, mngr, data_it=None):
                          f"step {data_it.step}, not {start}; the checkpoint is inconsistent")
     return state, start
   state = trainer.init(seed)
-  if st.pretrained_params is not None:  # fine-tuning: the checkpoint's weights, fresh optimizer
+  pre = st.pretrained_params_for(seed)
+  if pre is not None:  # fine-tuning: the checkpoint's weights (the seed's own), fresh optimizer
     # From host copies: the step donates its state, so the device buffers of one seed must
     # never be those of `st.pretrained_params` (the next seed starts from them too).
-    host = jax.tree.map(np.asarray, st.pretrained_params)
+    host = jax.tree.map(np.asarray, pre)
     state = _with_params(trainer, state, jax.device_put(host, trainer.state_sharding["params"]))
-    print(f"seed {seed}: starting from the pretrained weights of {cfg.model.pretrained}",
-          file=sys.stderr)
+    print(f"seed {seed}: starting from the pretrained weights of "
+          f"{pretrained_path(cfg, seed)}", file=sys.stderr)
   if cfg.train.get("init_from", ""):  # continue another run's parameters with a fresh optimizer
     params, from_step = checkpoint.load_params_from(cfg.train.init_from, seed,
                                                     trainer.abstract_state["params"],

@@ -4,6 +4,7 @@ r"""Seed 000 scale trends (issue 24 item 2): where does the paper's effect appea
   python experiments/scale_trends.py --task=path_star
   python experiments/scale_trends.py --task=path_star_budget      # path-star: graphs seen
   python experiments/scale_trends.py --task=label_copy            # pretrains 3 small GPT-2s
+  python experiments/scale_trends.py --task=label_copy_models     # 6 a point: 18 of them
   python experiments/scale_trends.py --task=path_star --stage=report  # JSON of what finished
   python experiments/scale_trends.py --task=copy_task --stage=plot  # figure from the JSON
   python experiments/scale_trends.py --task=copy_task --size=test --out=/tmp/st  # seconds
@@ -37,7 +38,14 @@ point, with the same number of candidates for CE + warmup and E1 + warmup:
   in {3e-4, 1e-3}; CE + warmup and E1 + warmup at lr x warmup in {100, 200} steps. Chosen on
   `valid_em_hard` over seeds 0, 1; tested on seeds 2-6 with `test_em_hard`. The 3200-step
   point: pretraining 35 min, tuning runs about 100 s and the 5 test seeds of one method about
-  250 s each on the 2-core machine alone (about 1.7x that beside another job).
+  250 s each on the 2-core machine alone (about 1.7x that beside another job). The test's
+  seeds are fine-tuning seeds of one pretrained model per point.
+* label_copy_models: the same axis and fine-tuning with the pretrained model as the test's
+  unit: at each point six small GPT-2s, pretrained with seeds 0-5, and seed s of every run
+  fine-tunes model s (`model.pretrained=.../small_gpt2_<n>/seed_{seed}`). Candidates: CE at lr
+  in {1e-4, 3e-4, 1e-3, 3e-3} (equal budgets); the warmup arms as label_copy's. Chosen on
+  `valid_em_hard` of model 0; tested on models 1-5, with PREREGISTERED fixed (and the
+  prediction in CHANGELOG.md written) before any ran.
 
 Stages: `tune` trains every candidate on the tuning seeds (`<out>/<task>_tune.json`, one
 `el_jax.grid.Grid`); `all` (the default) also chooses per point and method on validation (`selection` in the
@@ -210,46 +218,67 @@ def design(task, size="cpu", runs_dir=RUNS_DIR):
         fixed_before_test_runs=size == "cpu",
         paper=PATH_STAR_PAPER + "; the reference repository's README command trains 100k "
               "steps of batch 256")
-  if task == "label_copy":
+  if task in ("label_copy", "label_copy_models"):
+    # label_copy_models: the test unit is a pretrained model. Every seed s fine-tunes its own
+    # small GPT-2, pretrained with seed s (`model.pretrained` ".../seed_{seed}"): the choice
+    # on model 0, the test on models 1-5; CE at as many learning rates as the warmup arms'
+    # lr x warmup candidates (equal budgets). Fixed with its prediction before any test run.
+    models = task == "label_copy_models"
+    ce_lrs = None
     if size == "cpu":
       pre_steps, lrs, warmups, steps = (200, 800, 3200), (3e-4, 1e-3), (100, 200), 400
-      tune_seeds, test_seeds = (0, 1), (2, 3, 4, 5, 6)
+      tune_seeds, test_seeds = ((0,), (1, 2, 3, 4, 5)) if models else ((0, 1), (2, 3, 4, 5, 6))
+      if models:
+        ce_lrs = (1e-4, 3e-4, 1e-3, 3e-3)
       pre_variant, pre_over = "cpu", {}
     else:
       pre_steps, lrs, warmups, steps = (2, 6), (3e-3, 1e-2), (4,), 8
       tune_seeds, test_seeds = (0,), (1, 2)
       pre_variant, pre_over = "test", {"model.num_layers": 2, "data.context_len": 48}
-    pre_dir = os.path.join(runs_dir, "label_copy", "pretrain")
+    pre_dir = os.path.join(runs_dir, task, "pretrain")
 
-    def pre_config(n):
-      return grid_lib.make_config("text_lm", pre_variant, {**pre_over, "train.num_steps": n})
+    def pre_config(n, seed=None):
+      over = {**pre_over, "train.num_steps": n}
+      return grid_lib.make_config("text_lm", pre_variant,
+                                  over if seed is None else {**over, "seeds": (seed,)})
 
-    def prepare(pname):
+    def prepare(pname, seeds=None):
+      """Pretrains the point's model (label_copy_models: one per tuning and test seed, or
+      those of `seeds`) and exports it where the point's runs read it."""
       n = int(pname.split("=")[1])
-      runner.pretrain_and_export(pre_config(n), os.path.join(pre_dir, f"text_lm_{n}"),
-                                 os.path.join(pre_dir, f"small_gpt2_{n}"))
+      if not models:
+        runner.pretrain_and_export(pre_config(n), os.path.join(pre_dir, f"text_lm_{n}"),
+                                   os.path.join(pre_dir, f"small_gpt2_{n}"))
+        return
+      for seed in (tune_seeds + test_seeds) if seeds is None else seeds:
+        runner.pretrain_and_export(pre_config(n, seed),
+                                   os.path.join(pre_dir, f"text_lm_{n}", f"seed_{seed}"),
+                                   os.path.join(pre_dir, f"small_gpt2_{n}", f"seed_{seed}"))
 
     def tokens(n):
       c = pre_config(n)
       return n * c.train.batch_size * c.data.context_len
 
+    def checkpoint(n):
+      return os.path.join(pre_dir, f"small_gpt2_{n}", *(("seed_{seed}",) if models else ()))
+
     return Design(
         config="label_copy", variant=size,
         axis="pretraining of the small GPT-2 (optimizer steps; tokens seen)",
-        points=[(f"pretrain={n}", tokens(n),
-                 {"model.pretrained": os.path.join(pre_dir, f"small_gpt2_{n}")})
+        points=[(f"pretrain={n}", tokens(n), {"model.pretrained": checkpoint(n)})
                 for n in pre_steps],
-        candidates=_lr_warmup(lrs, warmups), tune_seeds=tune_seeds,
+        candidates=_lr_warmup(lrs, warmups, ce_lrs=ce_lrs), tune_seeds=tune_seeds,
         test_seeds={f"pretrain={n}": test_seeds for n in pre_steps},
         select_metric="valid_em_hard", test_metric="test_em_hard",
         base={"data.corpus": "kjv", "train.num_steps": steps, "train.eval_every": 0,
               "train.checkpoint_every": steps},
         paper="seed 000 Table 2, KJV, a pretrained GPT-2 (size not stated) fine-tuned: CE "
-              "0.863, E1 + warmup 0.981 (accuracy)", prepare=prepare)
+              "0.863, E1 + warmup 0.981 (accuracy)", prepare=prepare,
+        fixed_before_test_runs=models and size == "cpu")
   raise ValueError(f"unknown task {task!r}; valid: {TASKS}")
 
 
-TASKS = ("copy_task", "path_star", "path_star_budget", "label_copy")
+TASKS = ("copy_task", "path_star", "path_star_budget", "label_copy", "label_copy_models")
 
 
 def cand_name(overrides):

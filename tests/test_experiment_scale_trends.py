@@ -43,6 +43,8 @@ def test_select_is_the_validation_argmax_first_on_a_tie():
 
 
 def test_every_design_gives_the_warmup_methods_the_same_budget():
+  """CE + warmup and E1 + warmup get the same candidates in every design (CE's own number is
+  PREREGISTERED's condition, which `trend_test` reports per design)."""
   st = _script("scale_trends")
   for task in st.TASKS:
     for size in ("cpu", "test"):
@@ -139,6 +141,35 @@ def test_label_copy_points_fine_tune_from_the_checkpoint_their_pretraining_write
     assert over["model.pretrained"] == export and export.startswith("R")
     assert x == steps * 16 * 64  # tokens seen: steps x rows x tokens per row (text_lm:cpu)
   assert len({c[1] for c in calls}) == 3  # one pretraining folder per point
+
+
+def test_label_copy_models_fine_tunes_each_seed_from_its_own_pretrained_model(monkeypatch):
+  """label_copy_models: each point pretrains one small GPT-2 per tuning and test seed (seed s
+  with pretraining seed s, its own folder), and seed s of every run at that point fine-tunes
+  exactly the model pretraining seed s exported; the choice and the test never share a model;
+  CE has as many candidates as each warmup arm."""
+  st = _script("scale_trends")
+  calls = []
+  monkeypatch.setattr(st.runner, "pretrain_and_export",
+                      lambda cfg, workdir, export: calls.append(
+                          (cfg.train.num_steps, tuple(cfg.seeds), workdir, export)))
+  d = st.design("label_copy_models", "cpu", runs_dir="R")
+  assert not set(d.tune_seeds) & set(d.test_seeds["pretrain=800"])
+  assert len(d.test_seeds["pretrain=800"]) >= st.PREREGISTERED["min_test_seeds"]
+  assert {m: len(c) for m, c in d.candidates.items()} == {"ce": 4, "ce_warmup": 4, "e1_warmup": 4}
+  assert d.fixed_before_test_runs
+  for name, x, over in d.points:
+    calls.clear()
+    d.prepare(name)
+    n, seeds = int(name.split("=")[1]), d.tune_seeds + d.test_seeds[name]
+    assert [(c[0], c[1]) for c in calls] == [(n, (s,)) for s in seeds]
+    assert len({c[2] for c in calls}) == len(seeds)  # one pretraining folder per model
+    for (_, (s,), _, export) in calls:
+      assert over["model.pretrained"].replace("{seed}", str(s)) == export
+    assert x == n * 16 * 64
+  calls.clear()
+  d.prepare("pretrain=200", seeds=[3])  # one model (what a split run asks for)
+  assert [(c[0], c[1]) for c in calls] == [(200, (3,))]
 
 
 def test_the_path_star_budget_sentences_hold():

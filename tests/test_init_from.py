@@ -1,5 +1,7 @@
 """train.init_from (continue another run's parameters with a fresh optimizer), reading
 params of saved checkpoints (checkpoint.restore_params) and keeping every checkpoint."""
+import dataclasses
+
 import jax
 import numpy as np
 import pytest
@@ -88,3 +90,43 @@ def test_model_pretrained_fine_tunes_from_a_gpt2_checkpoint(tmp_path):
   missing.model.pretrained = str(tmp_path / "nowhere")
   with pytest.raises(ValueError, match=r"model\.pretrained=.*nowhere.* is not a Hugging Face"):
     train.validate_config(missing)
+
+
+def test_model_pretrained_with_a_seed_field_fine_tunes_each_seed_from_its_own(tmp_path):
+  """`model.pretrained` containing "{seed}": seed s starts from checkpoint s (several
+  independently pretrained models fine-tuned in one run); a missing seed's checkpoint, another
+  field or another architecture are named."""
+  from el_jax.models import decoder, pretrained
+  cfg = _config(**{"model.preset": "gpt2", "optim.name": "sgd", "optim.lr": 1e-9})
+  setup = train.Setup(cfg)
+  ckpts = {}
+  for seed in (0, 1):  # two different checkpoints, neither the run's own init
+    _, ckpts[seed] = decoder.init(setup.model_cfg, 100 + seed)
+    pretrained.save_gpt2(str(tmp_path / f"gpt2_{seed}"), setup.model_cfg, ckpts[seed])
+  cfg.model.pretrained = str(tmp_path / "gpt2_{seed}")
+  cfg.seeds = (0, 1)
+  job.train_and_evaluate(cfg, str(tmp_path / "ft"))
+  trainer = train.Trainer(train.Setup(cfg))
+  leaves = lambda t: jax.tree.leaves(jax.device_get(t))  # noqa: E731
+  gap = lambda a, b: max(float(np.abs(x - y).max()) for x, y in zip(leaves(a), leaves(b)))  # noqa: E731
+  assert gap(ckpts[0], ckpts[1]) > 1e-2
+  for seed in cfg.seeds:
+    after = checkpoint.restore_params(trainer, str(tmp_path / "ft"), seed)
+    assert gap(after, ckpts[seed]) < 1e-6 and gap(after, ckpts[1 - seed]) > 1e-2, seed
+
+  three = cfg.copy_and_resolve_references()
+  three.seeds = (0, 1, 2)
+  with pytest.raises(ValueError, match=r"\(seed 2: .*gpt2_2.*\) is not a Hugging Face"):
+    train.validate_config(three)
+  field = cfg.copy_and_resolve_references()
+  field.model.pretrained = str(tmp_path / "gpt2_{model}")
+  with pytest.raises(ValueError, match=r"the only field a path may contain is \{seed\}"):
+    train.validate_config(field)
+  deeper = dataclasses.replace(setup.model_cfg, num_layers=3)  # not the config's size
+  pretrained.save_gpt2(str(tmp_path / "gpt2_2"), deeper, decoder.init(deeper, 7)[1])
+  with pytest.raises(ValueError, match=r"gpt2_2.* model\.num_layers=2 \(checkpoint 3\)"):
+    train.Setup(three).pretrained_params_for(2)
+  longer = dataclasses.replace(setup.model_cfg, max_len=setup.model_cfg.max_len + 8)
+  pretrained.save_gpt2(str(tmp_path / "gpt2_2"), longer, decoder.init(longer, 7)[1])
+  with pytest.raises(ValueError, match=r"checkpoint of seed 2 .* not the architecture"):
+    train.Setup(three).pretrained_params_for(2)  # fits the config, but not seed 0's model

@@ -166,6 +166,7 @@ class Results:
     self._cache = {}
     self.read = set()       # every file read since `read` was last reset (a page's sources)
     self.last_read = set()  # the files read by the current placeholder (for error messages)
+    self.ran_on_from = None  # set by a table: the files whose `ran_on` its line reports
 
   def path(self, rel):
     return os.path.join(self.root, RESULTS, rel)
@@ -860,10 +861,14 @@ def _scale_trend(R, task):
 
 @table("scale_trend_choice")
 def _scale_trend_choice(R, task):
-  """Per scale point and method: every candidate's validation score, the chosen one in bold."""
+  """Per scale point and method: every candidate's validation score, the chosen one in bold
+  (the scores are the tuning runs', so the line under it says where those ran)."""
   doc, missing = _scale_doc(R, task)
   if missing:
     return missing
+  tune = f"scale_trends/{task}_tune.json"
+  R.load(tune)
+  R.ran_on_from = {tune}
   out = []
   for e in doc["trend"]:
     for m, name in ST_METHODS:
@@ -2694,11 +2699,13 @@ def _fill_one(R, raw):
     name, *args = _split_args(rest)
     if name not in TABLES:
       raise ReportError(f"no table {name!r} (tables: {', '.join(sorted(TABLES))})")
+    R.ran_on_from = None  # a table may name the files its numbers ran in (else: all it read)
     try:
       out = TABLES[name](R, *args)
       # A Markdown table says where its numbers ran; an inline value (p_at, ...) does not.
       is_table = out.lstrip().startswith("|")
-      return out + "\n\n" + ran_on_line(R, R.last_read) if is_table else out
+      return (out + "\n\n" + ran_on_line(R, R.ran_on_from or R.last_read) if is_table
+              else out)
     except ReportError:
       raise
     except (KeyError, IndexError, TypeError, ValueError) as e:
@@ -2746,8 +2753,15 @@ def ran_on_line(R, files):
   distinct `el_jax.provenance.describe`), and UNRECORDED for a file that records none."""
   seen = []
   for rel in sorted(files):
-    recs = _ran_on_records(R.load(rel))
-    for d in ([provenance.describe(r) for r in recs] if recs else [UNRECORDED]):
+    data = R.load(rel)
+    recs = _ran_on_records(data)
+    rows = data.get("rows") if isinstance(data, dict) else None
+    # A file of result rows some of which record no machine (rows kept from before it was
+    # recorded) names that too.
+    partly = isinstance(rows, list) and any(isinstance(r, dict) and "ran_on" not in r
+                                            for r in rows)
+    for d in [provenance.describe(r) for r in recs] + ([UNRECORDED] if partly or not recs
+                                                       else []):
       if d not in seen:
         seen.append(d)
   return "*Ran on: " + "; ".join(seen) + ".*" if seen else ""

@@ -224,3 +224,44 @@ def test_the_path_star_budget_sentences_hold():
     first = r["point"] == "steps=2500"
     intel = first and (r in tune["rows"] or r["method"] == "ce")
     assert cpu(r) == ("Intel" if intel else "AMD EPYC"), (r["label"], r["ran_on"]["cpu"])
+
+
+def test_the_path_star_size_sentences_hold():
+  """The seed-000 page's bullets on the path-star size trend (new test seeds 11-15): the
+  prediction's parts (E1 + warmup at 1/d, E1 + warmup - CE within 0.02, CE at 4 x 256 below
+  0.497 and below its 2 x 128 mean, the slope interval above 0 with the test's conditions met,
+  no method fitting its training graphs), the loss-only comparison at 4 x 256, and where the
+  rows say they ran."""
+  page = open(os.path.join(ROOT, "docs", "results", "templates",
+                           "seed000_equal_learning.md")).read()
+  section = page[page.index("### Path-star: model size"):page.index("### Path-star: training budget")]
+  assert "**The prediction held in every part**" in section  # (change both together)
+  assert "CE falling below 1/d, not E1 + warmup rising above it" in section
+  doc = json.load(open(os.path.join(COMMITTED, "path_star.json")))
+  tune = json.load(open(os.path.join(COMMITTED, "path_star_tune.json")))
+  assert set(map(tuple, doc["test_seeds"].values())) == {(11, 12, 13, 14, 15)}
+  tr = {e["point"]: e for e in doc["trend"]}
+  assert list(tr) == ["2x128", "3x192", "4x256"]
+  for e in tr.values():
+    c = e["e1_warmup_vs_ce"]
+    assert 0.49 <= c["mean_a"] <= 0.51 and abs(c["diff"]) <= 0.02, e
+  ce = [tr[p]["e1_warmup_vs_ce"]["mean_b"] for p in tr]
+  assert ce[2] < 0.497 and ce[2] < ce[0], ce
+  t = doc["trend_test"]
+  assert t["fixed_before_test_runs"] and all(t["conditions"].values()) and t["claimed"], t
+  assert t["ci95_per_doubling"][0] > 0 and t["slope_per_doubling"] > 0
+  assert max(r["aggregate"]["train_em_all"]["mean"] for r in doc["rows"]) < 0.6
+  # At 4 x 256 every method chose lr 1e-3 (CE + warmup and E1 + warmup differ in the loss
+  # alone); CE + warmup falls below 1/d too, and E1 + warmup beats it at the 5-vs-5 floor.
+  sel = doc["selection"]["4x256"]
+  assert {m: sel[m]["overrides"]["optim.lr"] for m in sel} == {m: 1e-3 for m in sel}
+  assert sel["ce_warmup"]["overrides"]["optim.warmup_steps"] == \
+      sel["e1_warmup"]["overrides"]["optim.warmup_steps"]
+  c = tr["4x256"]["e1_warmup_vs_ce_warmup"]
+  assert c["mean_b"] < 0.5 and c["diff"] > 0
+  assert c["p_value"] == pytest.approx(stats.p_floor("unpaired", 5, 5)) and c["p_holm"] < 0.05
+  assert [sel_p["ce"]["chosen"] for sel_p in doc["selection"].values()] == \
+      ["lr=0.0003", "lr=0.001", "lr=0.001"]  # the confound the page names
+  # The test rows ran on an AMD EPYC; the tuning rows (the first run's) record no machine.
+  assert all("AMD EPYC" in r["ran_on"]["cpu"] for r in doc["rows"])
+  assert not any("ran_on" in r for r in tune["rows"])

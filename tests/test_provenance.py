@@ -89,6 +89,17 @@ def test_every_results_table_says_where_it_ran(tmp_path):
   assert report.ran_on_line(R, {"a/old.json"}) == f"*Ran on: {report.UNRECORDED}.*"
   both = report.ran_on_line(R, {"a/old.json", "a/new.json"})
   assert "NVIDIA H200" in both and report.UNRECORDED in both
+  # a file some of whose rows record no machine (kept from before it was recorded) says so
+  (res / "a" / "mixed.json").write_text(json.dumps({"rows": [{"x": 1, "ran_on": GPU},
+                                                             {"x": 2}]}))
+  mixed = report.ran_on_line(report.Results(str(tmp_path)), {"a/mixed.json"})
+  assert "NVIDIA H200" in mixed and report.UNRECORDED in mixed
+  # the scale-trend choice table's scores are the tuning runs': its line is the tuning file's
+  R = report.Results()
+  choice = report._fill_one(R, "table: scale_trend_choice path_star")
+  tune = report.ran_on_line(R, {"scale_trends/path_star_tune.json"})
+  assert choice.splitlines()[-1] == tune
+  assert tune != report.ran_on_line(R, {"scale_trends/path_star.json"})
   # and every table of the committed pages ends with the line
   R = report.Results()
   n = 0

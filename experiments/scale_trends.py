@@ -431,16 +431,23 @@ def run_task(task, size="cpu", out=OUT, runs_dir=RUNS_DIR, stage="all", command=
   doc = g.document()
   for point in d.points:  # one point at a time: tune, choose, test, compare, write
     pname = point[0]
-    if d.prepare is not None and train:
+    tune_labels = [l for l, r in tg.runs.items() if r.extra["point"] == pname]
+    # Pretraining (label copy) only where a run of the point has to train: a point whose
+    # rows are all stored (the committed JSON) or finished needs no checkpoint.
+    prepared = d.prepare is None or not train
+    if not prepared and not all(_finished(tg, l) for l in tune_labels):
       d.prepare(pname)
-    if not _run_all(tg, "tune", [l for l, r in tg.runs.items() if r.extra["point"] == pname],
-                    train):
+      prepared = True
+    if not _run_all(tg, "tune", tune_labels, train):
       break  # stage report: this point's tuning has not finished
     if stage == "tune":
       continue
     chosen = select(dataclasses.replace(d, points=[point]), list(tg.rows.values()))
     add_test_runs(g, d, point, chosen[pname])
-    if not _run_all(g, "test", [f"{pname} {m}" for m in METHODS], train):
+    test_labels = [f"{pname} {m}" for m in METHODS]
+    if not prepared and not all(_finished(g, l) for l in test_labels):
+      d.prepare(pname)
+    if not _run_all(g, "test", test_labels, train):
       break
     # The JSON's selection, comparisons and trend cover the points whose test runs finished.
     g.meta["selection"].update(chosen)

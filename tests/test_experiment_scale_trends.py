@@ -96,9 +96,10 @@ def _check_doc(st, doc, tune):
         assert (got["diff"], got["p_holm"], got["family"]) == (c["diff"], c["p_holm"], family)
 
 
-def test_scale_trends_at_test_size(tmp_path):
+def test_scale_trends_at_test_size(tmp_path, monkeypatch):
   """One copy-task point at test size: tuning rows, the choice, the test rows (pinned), the
-  comparisons and the figure."""
+  comparisons and the figure; run again, a point whose rows are stored prepares nothing (no
+  pretraining), and one that has a run to train prepares before it."""
   st = _script("scale_trends")
   out, runs = str(tmp_path / "out"), str(tmp_path / "runs")
   st.main(["--task=copy_task", "--size=test", f"--out={out}", f"--runs_dir={runs}",
@@ -112,6 +113,23 @@ def test_scale_trends_at_test_size(tmp_path):
   pins.check("scale_trends", doc["rows"])
   with pytest.raises(SystemExit, match="unknown points"):
     st.run_task("copy_task", "test", out, runs, points=["k=9"])
+
+  prepared, design = [], st.design
+
+  def with_prepare(*a, **k):
+    d = design(*a, **k)
+    d.prepare = lambda pname, seeds=None: prepared.append(pname)
+    return d
+
+  monkeypatch.setattr(st, "design", with_prepare)
+  empty = str(tmp_path / "no_runs")  # no run folders: only the stored rows
+  again = st.run_task("copy_task", "test", out, empty, points=["k=1"])
+  assert prepared == [] and again["rows"] == doc["rows"]
+  tune["rows"] = tune["rows"][1:]  # one tuning run has no row and no folder: it trains
+  with open(os.path.join(out, "copy_task_tune.json"), "w") as fh:
+    json.dump(tune, fh)
+  st.run_task("copy_task", "test", out, empty, points=["k=1"])
+  assert prepared == ["k=1"]
 
 
 @pytest.mark.parametrize("task", ["copy_task", "path_star", "path_star_budget", "label_copy"])

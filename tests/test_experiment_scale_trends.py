@@ -132,7 +132,8 @@ def test_scale_trends_at_test_size(tmp_path, monkeypatch):
   assert prepared == ["k=1"]
 
 
-@pytest.mark.parametrize("task", ["copy_task", "path_star", "path_star_budget", "label_copy"])
+@pytest.mark.parametrize("task", ["copy_task", "path_star", "path_star_budget", "label_copy",
+                                  "label_copy_models"])
 def test_committed_scale_trends_recompute(task):
   path = os.path.join(COMMITTED, f"{task}.json")
   st = _script("scale_trends")
@@ -283,3 +284,33 @@ def test_the_path_star_size_sentences_hold():
   # The test rows ran on an AMD EPYC; the tuning rows (the first run's) record no machine.
   assert all("AMD EPYC" in r["ran_on"]["cpu"] for r in doc["rows"])
   assert not any("ran_on" in r for r in tune["rows"])
+
+
+def test_the_label_copy_models_sentences_hold():
+  """The seed-000 page's bullets on label_copy_models while part of it has finished: which
+  points, the prediction's parts those points decide (every mean at least 0.95, E1 + warmup -
+  CE within 0.03 with Holm >= 0.05), under a point either way, CE's added learning rates never
+  chosen (below 0.85 on validation, the chosen above 0.97), and where the rows ran."""
+  page = open(os.path.join(ROOT, "docs", "results", "templates",
+                           "seed000_equal_learning.md")).read()
+  section = page[page.index("### Label copy: pretrained models as the unit"):]
+  doc = json.load(open(os.path.join(COMMITTED, "label_copy_models.json")))
+  tune = json.load(open(os.path.join(COMMITTED, "label_copy_models_tune.json")))
+  points = [e["point"] for e in doc["trend"]]
+  assert "**Two of its three\npoints have finished**" in section  # (change both together)
+  assert points == ["pretrain=200", "pretrain=800"] and doc.get("trend_test") is None
+  assert min(r["aggregate"]["test_em_hard"]["mean"] for r in doc["rows"]) >= 0.95
+  for e in doc["trend"]:
+    c = e["e1_warmup_vs_ce"]
+    assert abs(c["diff"]) < 0.01 and c["p_holm"] >= 0.05, e
+  assert len({e["e1_warmup_vs_ce"]["diff"] > 0 for e in doc["trend"]}) == 2  # no one sign
+  first = json.load(open(os.path.join(COMMITTED, "label_copy.json")))
+  assert [e["point"] for e in first["trend"] if e["point"] != "pretrain=3200"] == points
+  for p in points:
+    sc = doc["selection"][p]["ce"]["scores"]
+    assert doc["selection"][p]["ce"]["chosen"] == "lr=0.001" and sc["lr=0.001"] > 0.97
+    assert sc["lr=0.0001"] < 0.85 and sc["lr=0.003"] < 0.85
+  assert all("AMD EPYC" in r["ran_on"]["cpu"] for r in doc["rows"] + tune["rows"])
+  # every test seed fine-tuned its own pretrained model (the design the page describes)
+  for r in doc["rows"]:
+    assert r["overrides"]["model.pretrained"].endswith("seed_{seed}")

@@ -131,6 +131,9 @@ class Design:
   # Every test run made after PREREGISTERED was fixed (2026-11-29): its trend test is not
   # post hoc (the copy task's test seeds 7-11 with CE's four candidates).
   fixed_before_test_runs: bool = False
+  # What pairs seed s across the arms beyond its data (label_copy_models: the pretrained model
+  # every arm's seed s fine-tunes): the trend then adds the paired test (`paired_trend`).
+  paired_unit: str | None = None
 
 
 # Path-star's graph, and the paper's figure for it, shared by the size and budget trends.
@@ -280,7 +283,8 @@ def design(task, size="cpu", runs_dir=RUNS_DIR):
               "train.checkpoint_every": steps},
         paper="seed 000 Table 2, KJV, a pretrained GPT-2 (size not stated) fine-tuned: CE "
               "0.863, E1 + warmup 0.981 (accuracy)", prepare=prepare,
-        fixed_before_test_runs=models and size == "cpu")
+        fixed_before_test_runs=models and size == "cpu",
+        paired_unit="pretrained model" if models else None)
   raise ValueError(f"unknown task {task!r}; valid: {TASKS}")
 
 
@@ -384,6 +388,19 @@ def trend(points, comparisons):
   return out
 
 
+def paired_trend(d, done, rows, entries):
+  """Where the arms' seed s share a unit (`d.paired_unit`), adds to each point's entry of
+  `entries` E1 + warmup against CE paired by seed (`stats.paired_compare`: sign flip over the
+  units, its floor), Holm over the points: a secondary reading beside the fixed unpaired one."""
+  if not d.paired_unit:
+    return entries
+  cs = [stats.paired_compare(rows[f"{p} e1_warmup"]["per_seed"][d.test_metric],
+                             rows[f"{p} ce"]["per_seed"][d.test_metric]) for p, _, _ in done]
+  for e, c, q in zip(entries, cs, stats.holm([c["p_value"] for c in cs])):
+    e["e1_warmup_vs_ce_paired"] = {**c, "p_holm": q, "unit": d.paired_unit}
+  return entries
+
+
 def trend_test(d, done, rows):
   """PREREGISTERED's test on the finished points (None below 3), with the conditions met."""
   if len(done) < PREREGISTERED["min_points"]:
@@ -456,7 +473,7 @@ def run_task(task, size="cpu", out=OUT, runs_dir=RUNS_DIR, stage="all", command=
     for family, pairs in FAMILIES:
       g.compare([(f"{p} {a}", f"{p} {b}") for p, _, _ in done for a, b in pairs],
                 d.test_metric, family=family)
-    g.meta["trend"] = trend(done, g.comparisons)
+    g.meta["trend"] = paired_trend(d, done, g.rows, trend(done, g.comparisons))
     g.meta["trend_test"] = trend_test(d, done, g.rows)
     doc = g.write()
     plot(doc, os.path.join(out, f"{task}.png"))

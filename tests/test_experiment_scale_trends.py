@@ -2,9 +2,11 @@
 validation score at each scale point, the test runs train exactly that setting on the test
 seeds, and the comparisons recompute from the per-seed test values with Holm over the task;
 the same checks on the committed results/scale_trends JSON."""
+import itertools
 import json
 import os
 
+import numpy as np
 import pytest
 
 from el_jax import stats
@@ -94,6 +96,26 @@ def _check_doc(st, doc, tune):
                  if c["a"] == f"{e['point']} {a}" and c["b"] == f"{e['point']} {b}")
         got = e[f"{a}_vs_{b}"]
         assert (got["diff"], got["p_holm"], got["family"]) == (c["diff"], c["p_holm"], family)
+  # Paired by the unit seed s shares across the arms (label_copy_models: its pretrained
+  # model): the mean of the per-seed differences, sign flip over them, Holm over the points.
+  paired = [e.get("e1_warmup_vs_ce_paired") for e in doc["trend"]]
+  if d.paired_unit is None:
+    assert paired == [None] * len(paired)
+    return
+  ps = []
+  for e, c in zip(doc["trend"], paired):
+    a, b = (np.array(rows[f"{e['point']} {m}"]["per_seed"][doc["test_metric"]])
+            for m in ("e1_warmup", "ce"))
+    assert c["unit"] == d.paired_unit and c["n"] == len(a) == len(b)
+    assert c["diff"] == pytest.approx(np.mean(a - b), abs=1e-12)
+    assert (c["n_up"], c["n_down"]) == (np.sum(a > b), np.sum(a < b))
+    flips = np.array(list(itertools.product((1, -1), repeat=len(a))))  # every sign flip
+    null = np.abs(flips @ (a - b))
+    assert c["p_value"] == pytest.approx(np.mean(null >= abs(np.sum(a - b)) - 1e-12), abs=1e-12)
+    assert c["p_floor"] == pytest.approx(2 / 2 ** len(a))
+    ps.append(c["p_value"])
+  for c, h in zip(paired, stats.holm(ps)):
+    assert c["p_holm"] == pytest.approx(h, abs=1e-12)
 
 
 def test_scale_trends_at_test_size(tmp_path, monkeypatch):

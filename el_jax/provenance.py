@@ -15,6 +15,7 @@ digits) are specific to them (docs/testing.md).
 Only the standard library at import; JAX is imported inside `ran_on`.
 """
 import os
+import re
 import platform as platform_lib
 
 from el_jax import hostmem  # the standard library only
@@ -106,13 +107,16 @@ def ran_on(devices=None):
 
 def describe(info):
   """One line for tables and messages: "gpu: 1 x NVIDIA H200 (jax 0.11.2, matmul default)";
-  on CPU the CPU model stands for the device: "cpu: AMD EPYC (avx512f) (jax 0.10.2, ...)"."""
+  on CPU the CPU model stands for the device, with its family and model numbers where
+  recorded (one brand name covers several generations: an AMD EPYC of family 25 is a Zen 3 or
+  4, of family 26 a Zen 5): "cpu: AMD EPYC (avx512f; family 25 model 17) (jax 0.10.2, ...)"."""
   if not info:
     return "unrecorded"
   if info.get("platform") == "cpu":
     wide = "avx512f" if "avx512f" in info.get("cpu_flags", ()) else (
         "avx2" if "avx2" in info.get("cpu_flags", ()) else "no avx2")
-    dev = f"{info.get('cpu') or 'cpu'} ({wide})"
+    ident = re.search(r"family \d+ model \d+", info.get("cpu_id") or "")
+    dev = f"{info.get('cpu') or 'cpu'} ({wide}{'; ' + ident.group(0) if ident else ''})"
   else:
     dev = f"{info.get('device_count', '?')} x {info.get('device_kind', '?')}"
   return (f"{info.get('platform', '?')}: {dev} (jax {info.get('jax', '?')}, matmul "

@@ -36,6 +36,12 @@ def test_ran_on_describes_this_process():
   else:
     assert info["cpu_id"] == ""
   assert provenance.describe(info).startswith("cpu: ")
+  zen4 = dict(info, cpu="AMD EPYC", cpu_flags=["avx2", "avx512f"],
+              cpu_id="AuthenticAMD family 25 model 17 stepping 1")
+  assert provenance.describe(zen4) == ("cpu: AMD EPYC (avx512f; family 25 model 17) "
+                                       f"(jax {info['jax']}, matmul default)")
+  assert provenance.describe(dict(zen4, cpu_id="")) == (  # recorded before cpu_id was
+      f"cpu: AMD EPYC (avx512f) (jax {info['jax']}, matmul default)")
   assert provenance.describe(GPU) == "gpu: 1 x NVIDIA H200 (jax 0.11.2, matmul default)"
   assert provenance.same_platform(None, info)  # unrecorded = the CPU it always ran on
   assert not provenance.same_platform(GPU, info)

@@ -309,30 +309,59 @@ def test_the_path_star_size_sentences_hold():
 
 
 def test_the_label_copy_models_sentences_hold():
-  """The seed-000 page's bullets on label_copy_models while part of it has finished: which
-  points, the prediction's parts those points decide (every mean at least 0.95, E1 + warmup -
-  CE within 0.03 with Holm >= 0.05), under a point either way, CE's added learning rates never
-  chosen (below 0.85 on validation, the chosen above 0.97), and where the rows ran."""
+  """The seed-000 page's section on label_copy_models: the prediction's parts (every mean at
+  least 0.95; E1 + warmup - CE within 0.03 with Holm >= 0.05 at 200 and 800 steps; its sign at
+  3200; the slope interval around 0), the paired reading, CE's added learning rates never
+  chosen, the cross-CPU tuning rows and where each row ran."""
   page = open(os.path.join(ROOT, "docs", "results", "templates",
                            "seed000_equal_learning.md")).read()
   section = page[page.index("### Label copy: pretrained models as the unit"):]
   doc = json.load(open(os.path.join(COMMITTED, "label_copy_models.json")))
   tune = json.load(open(os.path.join(COMMITTED, "label_copy_models_tune.json")))
-  points = [e["point"] for e in doc["trend"]]
-  assert "**Two of its three\npoints have finished**" in section  # (change both together)
-  assert points == ["pretrain=200", "pretrain=800"] and doc.get("trend_test") is None
+  zen5 = json.load(open(os.path.join(COMMITTED, "label_copy_models_tune_3200_zen5.json")))
+  tr = {e["point"]: e for e in doc["trend"]}
+  assert list(tr) == ["pretrain=200", "pretrain=800", "pretrain=3200"]
+  t = doc["trend_test"]
+  assert t["fixed_before_test_runs"] and all(t["conditions"].values()), t
   assert min(r["aggregate"]["test_em_hard"]["mean"] for r in doc["rows"]) >= 0.95
-  for e in doc["trend"]:
-    c = e["e1_warmup_vs_ce"]
-    assert abs(c["diff"]) < 0.01 and c["p_holm"] >= 0.05, e
-  assert len({e["e1_warmup_vs_ce"]["diff"] > 0 for e in doc["trend"]}) == 2  # no one sign
+  for p in ("pretrain=200", "pretrain=800"):
+    c = tr[p]["e1_warmup_vs_ce"]
+    assert abs(c["diff"]) <= 0.03 and c["p_holm"] >= 0.05, c
+  assert "**The prediction held in every part**, the third only in sign" in section
+  c = tr["pretrain=3200"]["e1_warmup_vs_ce"]
+  assert -0.004 < c["diff"] < 0 and c["p_value"] >= 0.05, c  # under one example of 250
+  assert t["ci95_per_doubling"][0] < 0 < t["ci95_per_doubling"][1] and not t["claimed"], t
+  assert len({e["e1_warmup_vs_ce"]["diff"] > 0 for e in tr.values()}) == 2  # no one sign
+  assert all(e["e1_warmup_vs_ce"]["p_holm"] >= 0.05 for e in tr.values())
   first = json.load(open(os.path.join(COMMITTED, "label_copy.json")))
-  assert [e["point"] for e in first["trend"] if e["point"] != "pretrain=3200"] == points
-  for p in points:
+  assert [e["point"] for e in first["trend"]] == list(tr)
+  assert first["trend"][2]["e1_warmup_vs_ce"]["p_holm"] < 0.05  # "significant" there only
+  for e in tr.values():  # "the same" paired: no Holm p below 0.05
+    assert e["e1_warmup_vs_ce_paired"]["p_holm"] >= 0.05
+  # the paired reading: floor 2 / 2^5 per point, 0.19 after Holm over three
+  for e in tr.values():
+    assert e["e1_warmup_vs_ce_paired"]["p_floor"] == pytest.approx(0.0625)
+  assert "0.0625 (0.19 after Holm\nover the three points)" in section
+  # CE's added learning rates never chosen; at 3200 CE's 3e-4 and 1e-3 tie, the first is taken
+  for p in tr:
     sc = doc["selection"][p]["ce"]["scores"]
-    assert doc["selection"][p]["ce"]["chosen"] == "lr=0.001" and sc["lr=0.001"] > 0.97
-    assert sc["lr=0.0001"] < 0.85 and sc["lr=0.003"] < 0.85
-  assert all("AMD EPYC" in r["ran_on"]["cpu"] for r in doc["rows"] + tune["rows"])
-  # every test seed fine-tuned its own pretrained model (the design the page describes)
-  for r in doc["rows"]:
+    assert sc["lr=0.0001"] < 0.9 and sc["lr=0.003"] < 0.9, sc
+  sc = doc["selection"]["pretrain=3200"]["ce"]
+  assert sc["scores"]["lr=0.0003"] == sc["scores"]["lr=0.001"] == 0.996
+  assert sc["chosen"] == "lr=0.0003"
+  # the Zen 5's first ten 3200-step tuning rows against the Zen 4's twelve
+  z4 = {r["label"]: r for r in tune["rows"] if r["label"].startswith("pretrain=3200 ")}
+  z5 = {r["label"]: r for r in zen5["rows"]}
+  assert len(z4) == 12 and len(z5) == 10 and set(z5) < set(z4)
+  vm = "valid_em_hard"
+  diffs = [abs(z5[l]["aggregate"][vm]["mean"] - z4[l]["aggregate"][vm]["mean"]) for l in z5]
+  assert max(diffs) == pytest.approx(0.004, abs=1e-9)
+  assert z5["pretrain=3200 ce lr=0.001"]["aggregate"][vm]["mean"] == 1.0
+  assert "up to 0.004 in validation hard EM (one of 250 examples)" in section
+  # where each row ran: 200 / 800 on the Zen 5 (family 26), 3200 on the Zen 4 (family 25)
+  for r in doc["rows"] + tune["rows"]:
+    fam = "family 25 " if r["label"].startswith("pretrain=3200 ") else "family 26 "
+    assert fam in r["ran_on"]["cpu_id"], (r["label"], r["ran_on"]["cpu_id"])
+  assert all("family 26 " in r["ran_on"]["cpu_id"] for r in zen5["rows"])
+  for r in doc["rows"]:  # every test seed fine-tuned its own pretrained model
     assert r["overrides"]["model.pretrained"].endswith("seed_{seed}")

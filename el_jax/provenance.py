@@ -15,8 +15,8 @@ digits) are specific to them (docs/testing.md).
 Only the standard library at import; JAX is imported inside `ran_on`.
 """
 import os
-import re
 import platform as platform_lib
+import re
 
 from el_jax import hostmem  # the standard library only
 

@@ -71,7 +71,8 @@ docs/results/seed000_equal_learning.md#scale-trends-where-does-the-effect-appear
 by side: copy_task 74 min; path_star's tuning about 1.5 h on an earlier machine (a 4 x 256
 tuning run 6 min), its test runs 51 min in two one-core processes on an AMD EPYC Zen 5;
 label_copy_models' 200- and 800-step points 70 min in two one-core processes beside other
-jobs, its 3200-step point's six pretrainings about 2.5 h of one core. Command:
+jobs; its 3200-step point about 2.5 h in two one-core processes on an AMD EPYC Zen 4 (six
+pretrainings of 43-48 min, twelve tuning runs of about 70 s, the test 6-7 min). Command:
 `python experiments/scale_trends.py --task=copy_task`.
 """
 import argparse

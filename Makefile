@@ -31,17 +31,17 @@ pyc: $(STAMP)
 	$(PY) -m compileall -q -j 0 el_jax experiments configs >/dev/null
 
 demo: $(STAMP) pyc
-	$(PY) -m el_jax.demo --workdir=results/demo
+	$(PY) -m el_jax.tools.demo --workdir=results/demo
 
 # Two workers for the 2-core machines the suite is sized for (a third was slower on the whole
 # suite, 1302 s against 1204 s on a Cascade Lake, though faster on the reliability files alone:
 # docs/testing.md). PYTEST_WORKERS=n to change.
 PYTEST_WORKERS ?= 2
 test: $(STAMP) pyc
-	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal tests
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal tests experiments
 
 bench: $(STAMP) pyc
-	$(PY) -m el_jax.bench --config=configs/copy_task.py:cpu
+	$(PY) -m el_jax.tools.bench --config=configs/copy_task.py:cpu
 
 # The wheels the lent GPU image lacks (docs/accelerator.md): Python 3.12, x86-64, carried to
 # the device in .whl/ (git-ignored) and installed there with --no-index --no-deps.

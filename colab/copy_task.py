@@ -57,9 +57,9 @@ import tempfile
 import jax
 from IPython.display import Image, Markdown, display
 
-from el_jax import demo
-from el_jax import metrics as metrics_lib
-from el_jax import plots
+from el_jax.tools import demo
+from el_jax.infra import metrics as metrics_lib
+from el_jax.infra import plots
 
 VARIANT = os.environ.get("EL_JAX_NOTEBOOK_VARIANT", "cpu")
 WORKDIR = os.environ.get("EL_JAX_NOTEBOOK_WORKDIR") or tempfile.mkdtemp(prefix="el_jax_copy_")

@@ -16,7 +16,7 @@
 # SGD keeps moving towards flatter solutions after the loss has converged.
 # This notebook
 #
-# 1. samples the paper's PCFG (`el_jax/data/resources/pcfg/rule_deep_mlm.txt`) and
+# 1. samples the paper's PCFG (`el_jax/core/data/resources/pcfg/rule_deep_mlm.txt`) and
 #    computes the exact masked-LM conditionals (inside-outside), hence the
 #    optimal MLM loss;
 # 2. pre-trains a small bidirectional encoder with one masked token per
@@ -65,13 +65,17 @@ import jax
 import numpy as np
 from IPython.display import Image, display
 
-from el_jax import checkpoint, flatness, probe, runner, train
-from el_jax import step as step_lib
-from el_jax.data import downstream, mlm_data
+from el_jax.infra import checkpoint
+from el_jax.core import flatness, probe
+from el_jax.run import runner
+from el_jax.core import step as step_lib
+from el_jax.core.data import downstream, mlm_data
+from el_jax.run import config as config_lib
+from el_jax.run import setup as setup_lib
 
 VARIANT = os.environ.get("EL_JAX_NOTEBOOK_VARIANT", "cpu")
 WORKDIR = os.environ.get("EL_JAX_NOTEBOOK_WORKDIR") or tempfile.mkdtemp(prefix="mlm_")
-config = runner.get_config("pcfg_mlm", VARIANT, {"seeds": (0,)})
+config = config_lib.get_config("pcfg_mlm", VARIANT, {"seeds": (0,)})
 print(jax.devices())
 print(f"variant {VARIANT!r}: encoder {config.model.num_layers} x {config.model.embed_dim}, "
       f"{config.train.num_steps} steps, workdir {WORKDIR}")
@@ -111,8 +115,8 @@ display(Image(os.path.join(WORKDIR, "valid_gap.png")))
 # over repetitions on disjoint validation sentences.
 
 # %%
-setup = train.Setup(config)
-trainer = train.Trainer(setup)
+setup = setup_lib.Setup(config)
+trainer = setup_lib.Trainer(setup)
 params = checkpoint.restore_params(trainer, WORKDIR, 0)
 loss_fn, logits_fn = step_lib.ce_objectives(trainer.graphdef)
 n = min(64, len(corpus.valid) // 3)

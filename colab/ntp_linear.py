@@ -55,10 +55,11 @@ VARIANT = os.environ.get("EL_JAX_NOTEBOOK_VARIANT", "fig1")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from el_jax import runner
-from el_jax.ntp import dynamics, geometry, plots, train
+from el_jax.core.ntp import dynamics, geometry, plots
+from el_jax.run import ntp_train as train
+from el_jax.run import config as config_lib
 
-config = runner.get_config("ntp_linear", VARIANT)
+config = config_lib.get_config("ntp_linear", VARIANT)
 ds = train.build_data(config)
 info, svm = train.describe(ds)
 print({k: info[k] for k in ("m", "d", "V", "entropy", "compatible", "separable",

@@ -80,8 +80,11 @@ import tempfile
 import jax
 from IPython.display import Image, Markdown, display
 
-from el_jax import metrics as metrics_lib
-from el_jax import plots, runner, stats
+from el_jax.infra import metrics as metrics_lib
+from el_jax.infra import plots
+from el_jax.run import runner
+from el_jax.report import stats
+from el_jax.run import config as config_lib
 
 VARIANT = os.environ.get("EL_JAX_NOTEBOOK_VARIANT", "cpu")
 WORKDIR = os.environ.get("EL_JAX_NOTEBOOK_WORKDIR") or tempfile.mkdtemp(prefix="el_jax_path_star_")
@@ -100,7 +103,7 @@ RUNS = {"CE": ("ce", {"loss.name": "ce"}),
                                       "optim.warmup_steps": 1000})}
 PAPER = {"CE": (0.289, 0.123, 0.472), "E1 + warmup": (0.655, 0.486, 0.976)}  # Table 1, G(2,3)
 
-configs = {label: runner.get_config("path_star", VARIANT,
+configs = {label: config_lib.get_config("path_star", VARIANT,
                                     {**GRAPH, **overrides, **({"seeds": SEEDS} if SEEDS else {})})
            for label, (_, overrides) in RUNS.items()}
 c = configs["CE"]

@@ -20,7 +20,7 @@ on hard test strings E1 + warmup beats CE (README "Results" quotes results/demo/
 """
 import ml_collections
 
-from el_jax import config_blocks as blocks
+from el_jax.run import config_blocks as blocks
 
 VARIANTS = ("paper", "paper_lc1", "cpu", "test")
 
@@ -45,7 +45,7 @@ def get_config(arg="cpu"):
   c.data.num_test = 1000  # fixed test strings
   c.data.data_seed = 0  # seed of the generated dataset (fixed across model seeds)
   c.data.context_len = 2013  # tokens per context: a multiple of the string length L_p + 2 L_c + 3
-  c.data.pipeline = "memory"  # training batches: "memory" (in-memory arrays) | "grain" (TFDS array_record files + grain loader, el_jax.data.loader)
+  c.data.pipeline = "memory"  # training batches: "memory" (in-memory arrays) | "grain" (TFDS array_record files + grain loader, el_jax.core.data.loader)
 
   c.model = ml_collections.ConfigDict()
   c.model.preset = "gpt_neox"  # "gpt_neox" (rotary, parallel residual, untied) | "gpt2"

@@ -7,16 +7,16 @@ Run (CPU, about a minute per seed; float64, so JAX's 64-bit mode must be on):
       --config.data.label_noise=0.5
 
 experiments/dyck_flatness.py trains these runs (plain SGD and the label-noise arm, seeds
-0-2) through an `el_jax.grid.Grid` and measures the exact Tr(H), the top Hessian eigenvalue,
+0-2) through an `el_jax.run.grid.Grid` and measures the exact Tr(H), the top Hessian eigenvalue,
 the cancellation ratio and the downstream error on the checkpoints.
 
-The setting (`el_jax.tasks.dyck`, `el_jax.models.dyck_net`, `el_jax.data.dyck`): sentences
+The setting (`el_jax.core.tasks.dyck`, `el_jax.core.models.dyck_net`, `el_jax.core.data.dyck`): sentences
 uniform over the strings of length T with as many ( as ), one uniformly masked token; the
 one-attention-layer + ReLU-MLP model on the +-position encoding; minibatches drawn with
 replacement from the exact pre-training population (N = C(T, T/2) * T inputs).
 
 The loss is the model's own squared loss 1/2 mean (f - y)^2 (`dyck_net.loss_fn`): the
-model outputs one number f, not logits, so none of el_jax.losses' per-token losses applies.
+model outputs one number f, not logits, so none of el_jax.core.losses' per-token losses applies.
 `loss.name = "squared"` says so (the `dyck` task refuses any other name, and its step
 computes the loss; the blocks of the other losses that `config_blocks.loss()` carries are
 never read). The optimizer is plain SGD (no momentum, constant learning rate, no gradient
@@ -36,7 +36,7 @@ and 3.3 .. 3.7 (label noise), far above the count solution's 0.707.
 """
 import ml_collections
 
-from el_jax import config_blocks as blocks
+from el_jax.run import config_blocks as blocks
 
 VARIANTS = ("paper", "cpu", "test")
 
@@ -46,7 +46,7 @@ def get_config(arg="cpu"):
   if arg not in VARIANTS:
     raise ValueError(f"unknown dyck variant {arg!r}; valid variants: {VARIANTS}")
   c = ml_collections.ConfigDict()
-  c.task = "dyck"  # experiment dispatched by el_jax.main (el_jax.tasks.dyck)
+  c.task = "dyck"  # experiment dispatched by el_jax.main (el_jax.core.tasks.dyck)
   c.seeds = (0, 1, 2)  # model initialisations (and minibatch streams: jax.random.key(10_000 + seed))
   c.num_devices = 1  # devices on the `data` mesh axis: one, the model is tiny (0 = all local devices)
   c.progress = True  # show a progress bar

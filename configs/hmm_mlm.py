@@ -4,7 +4,7 @@ Run (CPU, ~5-6 min per seed; the corpus is built once, 3.3 s, and cached):
 
   python -m el_jax.main --config=configs/hmm_mlm.py:cpu --workdir=runs/hmm_mlm
 
-The HMM (el_jax.data.hmm, which states the assumptions the paper leaves open): 100
+The HMM (el_jax.core.data.hmm, which states the assumptions the paper leaves open): 100
 hidden states, 200 words, 5 diagonal blocks (hmm_seed 0), sentences of 16 tokens.
 
 Variants:
@@ -20,14 +20,14 @@ Variants:
   test   a smaller HMM (20 states, 40 words, 4 blocks), tiny model; seconds; unit tests.
 
 Architecture: model.preset "encoder" (the transformer above) or "bilstm", bidirectional LSTM
-layers as the paper's HMM models (el_jax.models.lstm; model.embed_dim is the hidden size,
+layers as the paper's HMM models (el_jax.core.models.lstm; model.embed_dim is the hidden size,
 model.num_layers the layers, the attention fields unused). On --hmm=sharp of
 experiments/mlm_flatness.py the encoder at GPT-2's initialisation (model.init_std=0.02) stays
 on the block plateau where the bilstm leaves it; with model.init_std=0.1 it leaves it as well,
 its early blocks reading the masked word's two neighbours (docs/results/seed002_flatness.md,
 issue 34).
 
-Adversarial pretraining (Table 1's protocol, which the paper runs on its PCFG; el_jax.adversarial):
+Adversarial pretraining (Table 1's protocol, which the paper runs on its PCFG; el_jax.core.adversarial):
 --config.adversarial.enabled=True adds the meta-learning term on task-10;
 experiments/adversarial_pretraining.py --language=hmm runs both arms and measures them.
 
@@ -40,7 +40,7 @@ valid gap and KL.
 """
 import ml_collections
 
-from el_jax import config_blocks as blocks
+from el_jax.run import config_blocks as blocks
 
 VARIANTS = ("paper", "cpu", "test")
 
@@ -61,7 +61,7 @@ def get_config(arg="cpu"):
   # blocks, 0.1 and 0.4.
   c.data.trans_concentration = 0.0  # transition rows: Dirichlet(a) in the block (0 = Uniform)
   c.data.emit_concentration = 0.0  # emission rows: Dirichlet(a) in the block (0 = Uniform)
-  # Adversarial pretraining (Table 1's protocol on the HMM; el_jax.adversarial): off by default.
+  # Adversarial pretraining (Table 1's protocol on the HMM; el_jax.core.adversarial): off by default.
   c.adversarial = blocks.adversarial(arg, "10")  # the term on task-10 (the 10th hidden state)
   if arg == "test":  # a smaller HMM
     c.data.num_states, c.data.vocab_size, c.data.num_blocks = 20, 40, 4

@@ -9,9 +9,9 @@ Run (CPU, a few minutes; the examples are built once and cached):
       --config.model.pretrained=/path/to/gpt2 --workdir=runs/lc_shakespeare_ce
 
 Each example is one sentence (a KJV verse, or a sentence of a play or poem) with its
-one-word label (the book / the work: el_jax.data.texts) injected after word floor(n/2)
+one-word label (the book / the work: el_jax.core.data.texts) injected after word floor(n/2)
 and, for easy examples, also at the start; the model must write the label after
-" Label:" (el_jax.data.label_copy). Groups: easy / hard; metric: greedy exact match of
+" Label:" (el_jax.core.data.label_copy). Groups: easy / hard; metric: greedy exact match of
 the label per split x group.
 
 Variants:
@@ -38,7 +38,7 @@ this variant shows no CE failure to fix (the paper's Table 2 fine-tunes pretrain
 """
 import ml_collections
 
-from el_jax import config_blocks as blocks
+from el_jax.run import config_blocks as blocks
 
 VARIANTS = ("paper", "cpu", "test")
 

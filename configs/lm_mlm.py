@@ -1,7 +1,7 @@
 r"""Masked-LM pretraining on the LM-sampled language (seed 002, Sec. 3.1; App. A.1).
 
 Sentences of a decoder restricted to its K most frequent tokens, with exact conditionals
-(el_jax.data.lm_language: what "top-K" means here, the sampler and the cost). Run (CPU;
+(el_jax.core.data.lm_language: what "top-K" means here, the sampler and the cost). Run (CPU;
 the generator is the small GPT-2 that experiments/label_copy.py pretrains, or make it
 with the two commands of configs/text_lm.py):
 
@@ -35,7 +35,7 @@ takes 11 s; valid gap (mlm_loss - true_entropy) 1.15 -> 0.77 nats and KL 1.16 ->
 cpu variant was not run here: its generator is made by the label-copy experiment's
 pretraining (configs/text_lm.py:cpu).
 """
-from el_jax import config_blocks as blocks
+from el_jax.run import config_blocks as blocks
 
 VARIANTS = ("paper", "cpu", "test")
 

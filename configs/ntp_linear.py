@@ -24,11 +24,11 @@ def get_config(arg="fig1"):
   if arg not in VARIANTS:
     raise ValueError(f"unknown variant {arg!r}; valid variants: {', '.join(VARIANTS)}")
   c = ml_collections.ConfigDict()
-  c.task = "ntp_linear"  # dispatches to el_jax.ntp.train:train_and_evaluate
+  c.task = "ntp_linear"  # dispatches to el_jax.run.ntp_train:train_and_evaluate
   c.seed = 14  # instance draw (14: a separable Fig. 1 draw with ||W*|| < ||W_mm||)
   c.data = ml_collections.ConfigDict()
   # fig1 is the fixed Fig. 1 instance: m, d, V, support_size must stay 3, 2, 5, 3
-  # (el_jax.ntp.train.validate_config refuses others; use random for other sizes).
+  # (el_jax.run.ntp_train.validate_config refuses others; use random for other sizes).
   c.data.kind = "fig1"  # fig1 | random | text
   c.data.m = 3  # distinct contexts (text: the m most frequent are kept)
   c.data.d = 2  # embedding dimension

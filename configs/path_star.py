@@ -27,12 +27,12 @@ Variants of the task itself: data.variant = "teacher_forced" | "teacherless" | "
 
 Test set: data.test_file="reference" reads the reference implementation's 20,000-graph test
 set for (degree, path_len, num_nodes), shipped with el_jax for G(2,3), G(2,5) and G(5,3) over
-50 nodes (el_jax/data/resources/README.md; `el_jax.data.path_star_test_file` unpacks it into
+50 nodes (el_jax/core/data/resources/README.md; `el_jax.core.data.path_star_test_file` unpacks it into
 $EL_JAX_CACHE/path_star); any other value is a file pattern, "" generates the test graphs.
 """
 import ml_collections
 
-from el_jax import config_blocks as blocks
+from el_jax.run import config_blocks as blocks
 
 VARIANTS = ("paper", "cpu", "test")
 
@@ -57,7 +57,7 @@ def get_config(arg="cpu"):
   c.data.num_test = 20_000  # test graphs (generated, or the first ones of test_file; 0 = all)
   c.data.test_file = ""  # reference-format test file; {degree} {path_len} {num_nodes} are filled in ("" = generate, "reference" = the shipped reference test set)
   c.data.data_seed = 0  # seed of the generated graphs
-  c.data.pipeline = "memory"  # training batches: "memory" (in-memory arrays) | "grain" (TFDS array_record files + grain loader, el_jax.data.loader)
+  c.data.pipeline = "memory"  # training batches: "memory" (in-memory arrays) | "grain" (TFDS array_record files + grain loader, el_jax.core.data.loader)
 
   c.model = ml_collections.ConfigDict()
   c.model.preset = "gpt2"  # nanoGPT-style: learned positions, pre-LN, tied embeddings

@@ -10,14 +10,14 @@ Variants:
          warmup then linear decay (the academic-budget recipe), batch 4096, 30k steps.
          The corpus size was lost from the seed's text: 4M training sentences is our
          choice. Paper: pretraining loss 3.204 (AdamW) against an optimum of 3.196; our
-         exact optimum for this grammar is ~4.19 nats (el_jax.data.pcfg explains the gap).
+         exact optimum for this grammar is ~4.19 nats (el_jax.core.data.pcfg explains the gap).
          `sweep()` gives the other sizes of Table 3.
   cpu    Table 3's 128 x 4 layers, 2 heads, MLP 512 encoder (0.82M parameters), batch 64,
          3000 steps, lr 1e-3 with 200 warmup steps then cosine decay to 1e-4, 100k training
          sentences, 2k valid / 2k test.
   test   tiny, seconds; used by the unit tests.
 
-Adversarial pretraining (Table 1; `el_jax.adversarial`): --config.adversarial.enabled=True
+Adversarial pretraining (Table 1; `el_jax.core.adversarial`): --config.adversarial.enabled=True
 adds the meta-learning term; experiments/adversarial_pretraining.py runs Tables 1-2.
 
 Expected (cpu, seed 0; measured on the shared 2-core CPU, results are deterministic):
@@ -27,12 +27,12 @@ initialisation; test gap 0.244, KL 0.286), against 0.80 / 0.78 for the unigram m
 0.107 (the exact conditional's argmax: 0.132). Wall time 4 min 46 s (load average ~1.5;
 12.5 min under a load average of 6-7). `valid_gap.png` plots the valid gap and KL.
 """
-from el_jax.data import PCFG_GRAMMAR
-from el_jax import config_blocks as blocks
+from el_jax.core.data import PCFG_GRAMMAR
+from el_jax.run import config_blocks as blocks
 
 VARIANTS = ("paper", "cpu", "test")
 
-# The paper's grammar, shipped with el_jax (el_jax/data/resources/pcfg/rule_deep_mlm.txt).
+# The paper's grammar, shipped with el_jax (el_jax/core/data/resources/pcfg/rule_deep_mlm.txt).
 GRAMMAR = PCFG_GRAMMAR
 
 
@@ -41,9 +41,9 @@ def get_config(arg="cpu"):
   if arg not in VARIANTS:
     raise ValueError(f"unknown pcfg_mlm variant {arg!r}; valid variants: {VARIANTS}")
   c = blocks.mlm(arg, "pcfg", num_layers=16, num_heads=16, embed_dim=1024, mlp_dim=4096)
-  c.data.grammar = GRAMMAR  # rule file `LHS RHS... prob` (default: the paper's, shipped in el_jax/data/resources/pcfg/)
+  c.data.grammar = GRAMMAR  # rule file `LHS RHS... prob` (default: the paper's, shipped in el_jax/core/data/resources/pcfg/)
 
-  # Adversarial pretraining (Table 1; el_jax.adversarial): MLM loss - weight * D2 loss.
+  # Adversarial pretraining (Table 1; el_jax.core.adversarial): MLM loss - weight * D2 loss.
   c.adversarial = blocks.adversarial(arg, "A")  # off unless adversarial.enabled; term on task A
   return c
 

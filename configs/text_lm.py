@@ -3,12 +3,12 @@ r"""Pretraining a small GPT-2 on the offline texts (issue 13: the model label co
 Run (CPU) and export it in the Hugging Face layout that `model.pretrained` reads:
 
   python -m el_jax.main --config=configs/text_lm.py:cpu --workdir=runs/label_copy/text_lm
-  python -m el_jax.models.pretrained --export_run=runs/label_copy/text_lm \
+  python -m el_jax.tools.export_gpt2 --export_run=runs/label_copy/text_lm \
       --config=configs/text_lm.py:cpu --out=runs/label_copy/small_gpt2
 
 `experiments/label_copy.py` does both. The texts are every distinct KJV verse and
 Shakespeare sentence except those in any split of the label-copy `cpu` variant (for both
-corpora), GPT-2 BPE tokens packed into rows of 64 (el_jax.tasks.text_lm).
+corpora), GPT-2 BPE tokens packed into rows of 64 (el_jax.core.tasks.text_lm).
 
 Variants:
   cpu   2 x 128 gpt2 preset (the size of configs/label_copy.py:cpu, so its `model.pretrained`
@@ -23,7 +23,7 @@ of the run `experiments/label_copy.py` made; results/label_copy/table.json "pret
 """
 import ml_collections
 
-from el_jax import config_blocks as blocks
+from el_jax.run import config_blocks as blocks
 
 VARIANTS = ("cpu", "test")
 
@@ -39,7 +39,7 @@ def get_config(arg="cpu"):
   c.progress = True  # show a progress bar
 
   c.data = ml_collections.ConfigDict()
-  c.data.corpora = ("kjv", "shakespeare")  # texts (el_jax.data.texts.CORPORA), concatenated
+  c.data.corpora = ("kjv", "shakespeare")  # texts (el_jax.core.data.texts.CORPORA), concatenated
   c.data.exclude_label_copy = "cpu"  # leave out every sentence of this configs/label_copy.py variant's splits ("" = none)
   c.data.max_sentences = 0  # keep only the first sentences (after the exclusion; 0 = all)
   c.data.context_len = 64  # tokens per row (the model's positions)
@@ -59,7 +59,7 @@ def get_config(arg="cpu"):
   c.model.pretrained = ""  # Hugging Face GPT-2 checkpoint directory to continue from ("" = random init; "{seed}" in it = one per model seed)
 
   c.loss = ml_collections.ConfigDict()
-  c.loss.name = "ce"  # pretraining objective (see el_jax.losses.LOSSES)
+  c.loss.name = "ce"  # pretraining objective (see el_jax.core.losses.LOSSES)
   c.loss.reduction = "mean"  # over every token of the batch
 
   c.optim = blocks.optim(

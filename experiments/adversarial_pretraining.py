@@ -16,14 +16,14 @@ r"""Seed 002, Tables 1 and 2: normal vs adversarial pretraining vs the lookup ta
       --runs=runs/mlm_flatness --probe_cache=runs/probe_cache \
       --out=results/adversarial_pretraining/hmm_sharp_init0.1
 
-Trains one `el_jax.grid.Grid` on configs/<--language>_mlm.py:<size> (pcfg by default; hmm
+Trains one `el_jax.run.grid.Grid` on configs/<--language>_mlm.py:<size> (pcfg by default; hmm
 with --hmm's data and --pretrain's overrides as experiments/mlm_flatness.py names them; model
 seeds --seeds, default 0,1,2; each run in --runs/<label>, finished runs there are reused):
 
 * the normal AdamW model (the config as it is), and
 * the adversarial model: the same recipe with `adversarial.enabled` (MLM loss
   minus weight x the squared loss, on D2, of a ridge head fitted on D1, both
-  drawn from task `adversarial.task`'s training set; `el_jax.adversarial`).
+  drawn from task `adversarial.task`'s training set; `el_jax.core.adversarial`).
   The weight is chosen on the valid split by a pilot: the weights of
   --weights, from the largest down, are trained for --pilot_steps steps (the
   first steps of their full runs, every seed: `train.stop_at_step`, resumable)
@@ -60,7 +60,7 @@ majority class, the Bayes classifier and the probe on each seed's random init.
 
 Writes <out>/table.json (`models`: per arm the rows of every seed and their mean / std;
 `lookup_table`; `sanity`; the comparisons; the grid's `rows` of the two trained runs) and
-table.png (the probes by `el_jax.plots.bars_with_seeds`, a dot per pre-trained model; the
+table.png (the probes by `el_jax.report.plots.bars_with_seeds`, a dot per pre-trained model; the
 paper's numbers beside ours).
 
 Results: `results/adversarial_pretraining/`, on the page docs/results/seed002_flatness.md#tables-1-2-adversarial-pretraining-pcfg
@@ -77,18 +77,18 @@ import time
 
 import numpy as np
 
-from el_jax import adversarial
-from el_jax import checkpoint
-from el_jax import cli
-from el_jax import grid as grid_lib
-from el_jax import metrics as metrics_lib
-from el_jax import mlm_measure
-from el_jax import plots
-from el_jax import probe
-from el_jax import provenance
-from el_jax import runner
-from el_jax import stats
-from el_jax import workdir as wd
+from el_jax.core import adversarial
+from el_jax.infra import checkpoint
+from el_jax.run import cli
+from el_jax.run import grid as grid_lib
+from el_jax.infra import metrics as metrics_lib
+from el_jax.run import mlm_measure
+from el_jax.report import plots as report_plots
+from el_jax.core import probe
+from el_jax.infra import provenance
+from el_jax.run import runner
+from el_jax.report import stats
+from el_jax.infra import workdir as wd
 
 PAPER = {
     "source": "seed 002 Table 1 (235M BERT on PCFG; pre-training loss, linear-probe accuracy "
@@ -267,7 +267,7 @@ def probe_all(m, feats_fn):
 
 
 def measure(args, normal_cfg, adv_cfg, normal_dir, chosen_dir):
-  from el_jax.data import downstream
+  from el_jax.core.data import downstream
   a = adv_cfg.adversarial
   sizes = dict(zip(("probe_valid", "probe_test", "flat_inputs", "flat_reps", "fisher_samples",
                     "hutchinson_probes", "probe_epochs"), SIZES[args.size]))
@@ -397,7 +397,7 @@ NAMES = ("adamw", "adamw_matched", "adversarial", "lookup_table")
 
 
 def plot(result, path):
-  """Valid MLM loss; probe test accuracy on tasks A and B (`plots.bars_with_seeds`: bars the
+  """Valid MLM loss; probe test accuracy on tasks A and B (`el_jax.report.plots.bars_with_seeds`: bars the
   mean over the model seeds, dots one model each (its mean over the probe seeds), crosses the
   paper); Tr(H) (B.1 and Hutchinson: bars the mean over the models, dots one model each)."""
   import matplotlib.pyplot as plt
@@ -437,7 +437,7 @@ def plot(result, path):
                  "per_seed": per})
   p = PAPER["table1"]
   k = len(result["seeds"])
-  plots.bars_with_seeds(
+  report_plots.bars_with_seeds(
       rows, list(tasks), None, ylabel="probe test acc %", ax=ax[1],
       paper={(r["label"], t): p[n][t][0] for r, n in zip(rows, names) if n in p for t in tasks}
       if pcfg else None,
@@ -595,7 +595,7 @@ def main(argv=None):
                    else "The paper's Table 1 is on its PCFG; this is its protocol on the HMM "
                    "(the paper's numbers beside it are the PCFG's).")),
   }
-  # The grid's rows of the normal and the chosen adversarial run (el_jax.grid).
+  # The grid's rows of the normal and the chosen adversarial run (el_jax.run.grid).
   result["rows"] = g.document()["rows"]
   os.makedirs(args.out, exist_ok=True)
   wd.write_json(path, result, default=float)

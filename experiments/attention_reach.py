@@ -34,13 +34,13 @@ import time
 import jax
 import numpy as np
 
-from el_jax import checkpoint
-from el_jax import cli
-from el_jax import mlm_measure
-from el_jax import provenance
-from el_jax import workdir as wd
-from el_jax.models import decoder
-from el_jax.setup import Setup, Trainer
+from el_jax.infra import checkpoint
+from el_jax.run import cli
+from el_jax.run import mlm_measure
+from el_jax.infra import provenance
+from el_jax.infra import workdir as wd
+from el_jax.core.models import decoder
+from el_jax.run.setup import Setup, Trainer
 
 OFFSETS = tuple(range(-3, 4))
 

@@ -18,10 +18,10 @@ import argparse
 import jax
 import numpy as np
 
-from el_jax import bench
-from el_jax import cli
-from el_jax import runner as rn
-from el_jax.models import decoder
+from el_jax.tools import bench
+from el_jax.run import cli
+from el_jax.run import runner as rn
+from el_jax.core.models import decoder
 
 orig = decoder.Attention.attend
 

@@ -21,7 +21,7 @@ results/bench_vs_torch/bench_vs_torch.json.
 
 The PyTorch step: logits = GPTNeoXForCausalLM(inputs), CE over all
 positions, backward, clip_grad_norm_(1.0), AdamW.step, zero_grad. The el_jax
-step is `el_jax.train.Trainer.step` as trained (masked loss, plus its logging
+step is `el_jax.run.train.Trainer.step` as trained (masked loss, plus its logging
 metrics: per-group losses and CE, margin statistics, grad/update/param norms).
 
 Results: `results/bench_vs_torch/`, on the page docs/results/speed.md#train-step-against-pytorch-per-cpu-kind
@@ -70,9 +70,11 @@ def el_jax_worker(config_args, warmup, all_positions, cpu_dots, cpu_devices=1, e
                   attention_blocks=1):
   import jax
   jax.config.update("jax_num_cpu_devices", cpu_devices)
-  from el_jax import bench, cli, hostmem
-  from el_jax import step as step_lib
-  from el_jax.models import decoder
+  from el_jax.tools import bench
+  from el_jax.run import cli
+  from el_jax.infra import hostmem
+  from el_jax.core import step as step_lib
+  from el_jax.core.models import decoder
   step_lib.CPU_DOTS.update(extra_dots or {})
   config, _ = cli.parse(["bench_vs_torch"] + config_args, require_workdir=False)
   config.train.cpu_dots = cpu_dots
@@ -113,7 +115,7 @@ def _side(cpu_dots, all_positions, cpu_devices=1, malloc="tuned", attention_bloc
 
 
 def _env(malloc):
-  """The environment of an el_jax worker: el_jax.hostmem's malloc settings ("tuned", el_jax's
+  """The environment of an el_jax worker: el_jax.infra.hostmem's malloc settings ("tuned", el_jax's
   default) or glibc's own ("glibc", as before el_jax set them)."""
   env = dict(os.environ)
   env.pop("EL_JAX_MALLOC", None)
@@ -249,7 +251,7 @@ def main(argv=None):
                       "one attention einsum, as every committed result)")
   p.add_argument("--malloc", default="tuned",
                  help="el_jax sides: host malloc settings timed (comma-separated): 'tuned' "
-                      "(el_jax.hostmem, the default) and/or 'glibc' (glibc's own, "
+                      "(el_jax.infra.hostmem, the default) and/or 'glibc' (glibc's own, "
                       "EL_JAX_MALLOC=glibc: every step maps and page-faults its temporaries)")
   p.add_argument("--steps", type=int, default=20, help="steps per timed window")
   p.add_argument("--rounds", type=int, default=7, help="alternating rounds (medians reported)")
@@ -283,7 +285,7 @@ def main(argv=None):
     s = json.loads(args.shape)
     return torch_worker(s, args.attn, args.warmup, s["lr"], s["clip"], int(args.threads))
 
-  from el_jax import step as step_lib
+  from el_jax.core import step as step_lib
   # the load of other processes: before any worker of this run compiles (the timed windows
   # keep about 2 cores busy themselves, so the load average while they run is about 2 higher)
   load_before = os.getloadavg()
@@ -302,7 +304,7 @@ def main(argv=None):
   jax_w = Worker([sys.executable, me, "--worker=el_jax", f"--cpu_dots={dots[0]}",
                   f"--attention_blocks={blocks[0]}", *common, *config_args], env=_env(mallocs[0]))
   shape = dict(jax_w.info["shape"])
-  from el_jax import cli
+  from el_jax.run import cli
   config, _ = cli.parse(["bench_vs_torch"] + config_args, require_workdir=False)
   if config.optim.name != "adamw" or config.optim.weight_decay or config.optim.warmup_steps:
     print("note: the torch side always uses AdamW with constant lr, no weight decay",
@@ -313,7 +315,7 @@ def main(argv=None):
   if not ndevs or min(ndevs) < 1:
     raise SystemExit(f"error: --cpu_devices={args.cpu_devices!r}: give positive integers")
   # Every combination of devices, matmuls and attention blocks with the first malloc setting;
-  # the others (the before of el_jax.hostmem) with the first of each only.
+  # the others (the before of el_jax.infra.hostmem) with the first of each only.
   combos = [(mallocs[0], n, d, b) for n in ndevs for d in dots for b in blocks] + [
       (malloc, ndevs[0], dots[0], blocks[0]) for malloc in mallocs[1:]]
   for malloc, n, d, b in combos:
@@ -390,7 +392,7 @@ def main(argv=None):
     default = "el_jax_all_positions" if allpos else "el_jax"
     if default in jax_sides:
       targets[label]["default_ratio"] = ratios[f"{default}/{rival}"]["median"]
-  from el_jax import provenance
+  from el_jax.infra import provenance
   result = {
       "command": " ".join([os.path.relpath(me, ROOT)] + sys.argv[1:]),
       "config_args": config_args, "shape": shape, "steps_per_window": args.steps,
@@ -402,7 +404,7 @@ def main(argv=None):
       "ran_on": provenance.ran_on(),  # CPU model and ISA flags: speed is this CPU's
   }
   os.makedirs(os.path.dirname(args.out), exist_ok=True)
-  from el_jax import workdir as wd
+  from el_jax.infra import workdir as wd
   wd.write_json(args.out, result)
   print(f"shape: {shape['num_layers']} layers x {shape['embed_dim']} wide, "
         f"{shape['num_heads']} heads, MLP {shape['mlp_dim']}, vocab {shape['vocab']}, "
@@ -429,5 +431,5 @@ if __name__ == "__main__":
   if "--worker=torch" in sys.argv:
     main(sys.argv[1:])
   else:
-    from el_jax import cli
+    from el_jax.run import cli
     cli.script(main)

@@ -19,7 +19,7 @@ its warmup length for the CE + warmup control), which `sweep()` in
 configs/copy_task.py must match (a test checks it). The demo then measures
 the chosen setting on other model seeds (2-11).
 
-Each stage is one grid (`el_jax.grid`): `<out>/<stage>.json` holds a row per run (label,
+Each stage is one grid (`el_jax.run.grid`): `<out>/<stage>.json` holds a row per run (label,
 `point`, `loss`, overrides, seeds, per-seed final metrics, their mean / min / max / std,
 seconds, config); runs train in `runs/sweep/<stage>/` (finished runs are read back, a JSON
 row is reused only for an identical config). The sweep makes no comparisons: with two seeds
@@ -36,10 +36,10 @@ import argparse
 import itertools
 import os
 
-from el_jax import cli
-from el_jax import grid as grid_lib
-from el_jax import runner
-from el_jax import workdir as wd
+from el_jax.run import cli
+from el_jax.run import grid as grid_lib
+from el_jax.run import runner
+from el_jax.infra import workdir as wd
 
 CONFIG = "copy_task"
 OUT = "results/copy_task_cpu_sweep"
@@ -109,7 +109,7 @@ def configure(run, cfg):
 
 def make_grid(stage, out=OUT, size="cpu", runs_dir=RUNS_DIR):
   """The stage's grid: one run per point x loss, labelled "<point> <loss>", on seeds 0, 1
-  (configs as `runner.get_config` makes them: the variant's `num_devices`). Finished runs
+  (configs as `config_lib.get_config` makes them: the variant's `num_devices`). Finished runs
   of `<runs_dir>/<stage>/` (also those of the older layout `<point>/<loss>/`) are read back."""
   g = grid_lib.Grid(os.path.join(out, f"{stage}.json"), runs_dir=os.path.join(runs_dir, stage),
                     reuse_from=runner.run_dirs(os.path.join(runs_dir, stage, "*", "*")))

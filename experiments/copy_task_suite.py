@@ -10,14 +10,14 @@ Every run is `configs/copy_task.py:cpu` (L_c=1, L_p=50, 2-layer GPT-NeoX,
 8 strings per step, 1500 steps) with the overrides listed in the JSON, on
 model seeds 2-11 (the paper's count of 10; the width sweep on 2-4). The
 paper's numbers are for 4-layer, 1024-wide models. Each stage is one grid
-(`el_jax.grid`): `<out>/<stage>.json` holds a row per run (label, overrides,
+(`el_jax.run.grid`): `<out>/<stage>.json` holds a row per run (label, overrides,
 seeds, per-seed final metrics, their mean / min / max / std, seconds, config, and
 `data_coverage`; Table 3's rows also the paper's number) and, under
 `comparisons.test_em_hard`, each run against the CE run of the same context /
 width: the difference of mean hard-test EM with a two-sided permutation-test
 p-value, a bootstrap interval and the Holm-adjusted p-value over the stage's
 comparisons. Figures: `<out>/fig1.png` (accuracy against context length per width)
-and `<out>/table3.png` (`el_jax.plots.bars_with_seeds`). The per-run metrics and
+and `<out>/table3.png` (`el_jax.report.plots.bars_with_seeds`). The per-run metrics and
 checkpoints go to `runs/copy_task_suite/<stage>/` (resumable: a finished run is
 read back, here or from another stage or the demo, not retrained; a JSON row is
 reused only for the same config and seeds).
@@ -45,13 +45,13 @@ import argparse
 import math
 import os
 
-from el_jax import cli
-from el_jax import grid as grid_lib
-from el_jax import plots
-from el_jax import runner
-from el_jax import workdir as wd
-from el_jax.data import copy_task
-from el_jax.tasks import copy_task as copy_tasks
+from el_jax.run import cli
+from el_jax.run import grid as grid_lib
+from el_jax.report import plots as report_plots
+from el_jax.run import runner
+from el_jax.infra import workdir as wd
+from el_jax.core.data import copy_task
+from el_jax.core.tasks import copy_task as copy_tasks
 
 CONFIG = "copy_task"
 METRIC = "test_em_hard"  # the comparisons' metric; one Holm family per stage
@@ -204,7 +204,7 @@ def plot_fig1(context_rows, width_rows, path):
   """Figure 1 from grid rows: hard EM (mean, min..max over seeds) against context length,
   one line per width; top row test strings, bottom row training strings (so a run that did
   not fit its training set, the paper's premise, shows)."""
-  import matplotlib.pyplot as plt  # el_jax.plots chose the Agg backend
+  import matplotlib.pyplot as plt  # el_jax.infra.plots chose the Agg backend
   widths = {}
   for r in list(context_rows) + list(width_rows):
     widths.setdefault(width_of(r), []).append(r)
@@ -252,7 +252,7 @@ def plot(out):
   if os.path.exists(t3):
     rows = read_rows(t3)
     p = os.path.join(out, "table3.png")
-    plots.bars_with_seeds(
+    report_plots.bars_with_seeds(
         rows, ["test_cl_easy", "test_em_hard"], p, chance=1 / 26,
         paper={(r["label"], "test_cl_easy"): r["paper"] for r in rows
                if r.get("paper") is not None},

@@ -39,7 +39,7 @@ OUT = os.path.join("results", "cross_machine")
 IGNORED = ("seeds", "progress", "num_devices", "train.eval_every", "train.log_every",
            "train.checkpoint_every", "train.stop_at_step")
 # Fields added to the config after some committed rows were written, with the value every run
-# before had (el_jax/config.py's defaults): a row that lacks one matches a row that records
+# before had (el_jax/run/config.py's defaults): a row that lacks one matches a row that records
 # this value, and no other.
 DEFAULTS = {"loss.reduction": "mean", "train.cpu_dots": "xla", "data.pipeline": "memory",
             "train.vmap_seeds": False, "train.vmap_seeds_impl": "auto", "optim.decay_frac": 0.1,
@@ -48,7 +48,7 @@ DEFAULTS = {"loss.reduction": "mean", "train.cpu_dots": "xla", "data.pipeline": 
 
 
 def flatten(d, prefix=""):
-  """el_jax.config.flatten without importing el_jax.config (which imports JAX; this reads JSON)."""
+  """el_jax.run.config.flatten without importing el_jax.run.config (which imports JAX; this reads JSON)."""
   out = {}
   for k, v in d.items():
     if isinstance(v, dict):

@@ -11,7 +11,7 @@ So each job is a set of arms (a loss setting each) and a list of model seeds per
 takes the first job with a seed missing (reading the committed
 `results/device_queue/<job>.json`), trains the missing seeds of one arm as one stacked
 program (`train.vmap_seeds`) in a temporary workdir, and writes the per-seed final
-evaluations, with where they ran (`el_jax.provenance`) and how long it took, to
+evaluations, with where they ran (`el_jax.infra.provenance`) and how long it took, to
 `<out>/<job>.<arm>.<time>.json`; then the next arm. With verify's JSON (`--verify`) each arm
 gets as many of its missing seeds as verify's measured step times say fit the time left
 (`--budget_s`), the same count for every arm of the job. `collect` merges such files into
@@ -19,7 +19,7 @@ gets as many of its missing seeds as verify's measured step times say fit the ti
 seed; once each arm has >= 3 seeds, the comparison of each arm with the job's baseline on its
 metric (difference of means, two-sided permutation p over seeds, its floor for these seed
 counts, bootstrap interval, Holm over the job's comparisons). `session` is the whole call of a
-lent session: `python -m el_jax.verify` (every part, or with `--preflight` env and golden
+lent session: `python -m el_jax.tools.verify` (every part, or with `--preflight` env and golden
 only, for a device kind that passed before) into `<out>/verify.json`, then, if its golden step
 matches the CPU, `run` with the time left; commit verify.json as
 `results/verify/verify_<device>_<date>.json`.
@@ -48,10 +48,8 @@ on an H200 84-100 s per copy-task seed alone and 90 s per seed stacked 3 at a ti
 import argparse
 import datetime
 import glob
-import json
 import math
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -60,8 +58,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
   sys.path.insert(0, ROOT)
 
-from el_jax import stats  # noqa: E402
-from el_jax import workdir as wd  # noqa: E402
+from el_jax.report import stats  # noqa: E402
+from el_jax.infra import workdir as wd  # noqa: E402
 
 OUT = os.path.join(ROOT, "results", "device_queue")
 STEPS_PER_EPOCH_PS = 200_000 // 256  # path-star paper: 781 steps per epoch of 200k graphs
@@ -135,7 +133,7 @@ def missing_seeds(job, doc):
 
 
 def arm_config(job, arm, seeds, size):
-  from el_jax import config as config_lib
+  from el_jax.run import config as config_lib
   variant = job["variant"] if size == "paper" else "test"
   over = {**job["overrides"], **job["arms"][arm]}
   if size != "paper":
@@ -152,9 +150,9 @@ def arm_config(job, arm, seeds, size):
 def run_arm(job, arm, seeds, size, out):
   """Trains `seeds` of `job`'s `arm` (one stacked program); writes and returns the file."""
   import jax
-  from el_jax import job as job_lib
-  from el_jax import provenance
-  from el_jax import runner
+  from el_jax.run import job as job_lib
+  from el_jax.infra import provenance
+  from el_jax.run import runner
   cfg, over = arm_config(job, arm, seeds, size)
   runner.fit_devices(cfg)
   stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
@@ -180,7 +178,7 @@ SAFETY = 1.2  # estimates are from short windows: leave 20% over them
 
 
 def seed_step_s(job, verify, size="paper"):
-  """Seconds per seed-step of `job` measured by `el_jax.verify` (its JSON), or None: the
+  """Seconds per seed-step of `job` measured by `el_jax.tools.verify` (its JSON), or None: the
   stacked seeds' rate where verify timed this model stacked, else one seed's step time
   (stacking is never slower per seed on an accelerator, so this over-estimates)."""
   th = ((verify or {}).get("parts", {}).get("throughput") or {})
@@ -222,7 +220,7 @@ def run(budget_s, out, size="paper", jobs=None, results_dir=OUT, max_seeds=None,
         max_arms=MAX_ARMS):
   """Runs arms of the first unfinished jobs while the budget lasts; returns the files.
 
-  With `verify` (the JSON of `python -m el_jax.verify`), each arm gets as many of its missing
+  With `verify` (the JSON of `python -m el_jax.tools.verify`), each arm gets as many of its missing
   seeds as the measured step time says fit the time left (`seeds_that_fit`), and where the
   job's collected arms ran on this device kind, no more than their wall time per seed allows
   (`measured_seed_s`; the smaller count wins, the same for each arm left); with neither, an
@@ -385,10 +383,10 @@ def session(out, budget_s, preflight=False, size="paper", jobs=None, results_dir
   os.makedirs(out, exist_ok=True)
   vpath = os.path.join(out, "verify.json")
   parts = "env,golden" if preflight else "env,golden,seeds,main,throughput,torch"
-  subprocess.run([sys.executable, "-m", "el_jax.verify", f"--out={vpath}",
+  subprocess.run([sys.executable, "-m", "el_jax.tools.verify", f"--out={vpath}",
                   f"--size={'full' if size == 'paper' else 'test'}", f"--parts={parts}",
                   f"--budget_s={budget_s * VERIFY_SHARE:.0f}"], cwd=ROOT, check=False)
-  verify = wd.read_json(vpath, what="el_jax.verify's results")
+  verify = wd.read_json(vpath, what="el_jax.tools.verify's results")
   golden = verify["parts"].get("golden", {})
   if not golden.get("ok"):
     print(f"device_queue: the golden step does not match the CPU "
@@ -421,7 +419,7 @@ def main(argv=None):
   r.add_argument("--jobs", default="", help=f"comma-separated subset of {JOB_NAMES}")
   r.add_argument("--max_seeds", type=int, default=0, help="seeds per arm at most (0 = all missing)")
   r.add_argument("--results_dir", default=OUT)
-  r.add_argument("--verify", default="", help="JSON of python -m el_jax.verify: size the arms "
+  r.add_argument("--verify", default="", help="JSON of python -m el_jax.tools.verify: size the arms "
                  "by its measured step times")
   c = sub.add_parser("collect", help="merge returned arm files into results/device_queue/")
   c.add_argument("paths", nargs="+")
@@ -440,7 +438,7 @@ def main(argv=None):
     jobs = [j for j in args.jobs.split(",") if j]
     for j in jobs:
       job_by_name(j)
-    verify = wd.read_json(args.verify, what="el_jax.verify's results") if args.verify else None
+    verify = wd.read_json(args.verify, what="el_jax.tools.verify's results") if args.verify else None
     files = run(args.budget_s, args.out, args.size, jobs, args.results_dir, args.max_seeds or None,
                 verify)
     print(f"device_queue: wrote {len(files)} arm file(s)")

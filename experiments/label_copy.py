@@ -8,14 +8,14 @@ r"""Seed 000 Table 2 at CPU size: label copying on natural text, CE vs E1 + warm
 1. Pretrains the small GPT-2 (`configs/text_lm.py:cpu`: 2 x 128, GPT-2 BPE, on every
    KJV verse and Shakespeare sentence outside the label-copy `cpu` splits) in
    runs/label_copy/text_lm and writes it in the Hugging Face layout to
-   runs/label_copy/small_gpt2 (`el_jax.models.pretrained.export_run`).
+   runs/label_copy/small_gpt2 (`el_jax.core.models.pretrained.export_run`).
 2. Trains `configs/label_copy.py:cpu` (2 x 128, 4,000 / 500 / 500 sentences of <= 48
    tokens, half easy) on both texts, fine-tuned from that model (`model.pretrained`) and
    from scratch, with CE and with E1 (lam = 1, the paper's section 5 value) + linear
    warmup over the first half of training (the copy-task demo's choice, made there on
    validation; not tuned here), `--steps` steps (default 400) at the variant's lr 1e-3,
    model seeds 0-4 (5, as the issue asks), on the same fixed splits (data seed 0). The runs
-   are one `el_jax.grid.Grid`, each run in runs/label_copy/<text>_<start>_<loss>.
+   are one `el_jax.run.grid.Grid`, each run in runs/label_copy/<text>_<start>_<loss>.
 3. Writes results/label_copy/table.json (the grid's row schema: per run its overrides, the
    per-seed values and mean / min / max / std over seeds of every final metric, extras
    `text`, `start`, `loss` and `train_seconds_per_seed`; beside them `pretraining`,
@@ -39,11 +39,13 @@ import argparse
 import os
 import sys
 
-from el_jax import cli
-from el_jax import grid as grid_lib
-from el_jax import metrics as metrics_lib
-from el_jax import plots
-from el_jax import runner
+from el_jax.run import cli
+from el_jax.run import grid as grid_lib
+from el_jax.infra import metrics as metrics_lib
+from el_jax.report import plots as report_plots
+from el_jax.run import runner
+from el_jax.run import config as config_lib
+from el_jax.report import stats
 
 OUT = os.path.join("results", "label_copy")
 RUNS = os.path.join("runs", "label_copy")
@@ -71,7 +73,7 @@ COMPARED = ("test_em_all", "test_em_hard")  # one Holm family each
 
 def pretrain_config(size="cpu"):
   variant, over = PRETRAIN[size]
-  return runner.get_config("text_lm", variant, over)
+  return config_lib.get_config("text_lm", variant, over)
 
 
 def pretrain(size="cpu", runs_dir=RUNS):
@@ -139,7 +141,7 @@ def table_text(result):
   lines = [f"{'text':12s} {'start':10s} {'loss':10s} {'test all':22s} {'test easy':22s} "
            f"{'test hard':22s} paper"]
   for r in result["rows"]:
-    cells = [runner.format_mean_range(r["aggregate"][m]) for m in METRICS]
+    cells = [stats.format_mean_range(r["aggregate"][m]) for m in METRICS]
     paper = PAPER[r["text"]][r["loss"]] if r["start"] == "pretrained" else None
     lines.append(f"{r['text']:12s} {r['start']:10s} {r['loss']:10s} "
                  + " ".join(f"{c:22s}" for c in cells) + (f" {paper:.3f}" if paper else " -"))
@@ -152,7 +154,7 @@ def table_text(result):
 def plot(result, path):
   """Bars of test EM (all / easy / hard) per run with a dot per seed, the paper's crosses."""
   rows = result["rows"]
-  plots.bars_with_seeds(
+  report_plots.bars_with_seeds(
       rows, list(METRICS), path, ylabel="label exact match",
       paper={(r["label"], "test_em_all"): PAPER[r["text"]][r["loss"]]
              for r in rows if r["start"] == "pretrained"},

@@ -20,7 +20,7 @@ reference row, as in the demo) and compares hard-test EM with CE without warmup 
 `vs_ce`) and, for the losses with warmup, with CE + warmup (family `vs_ce_warmup`: the loss's
 own effect at the same schedule): difference of means, bootstrap 95% interval, exact
 two-sided permutation p over the 10 vs 10 seeds, and that p Holm-adjusted over its family
-(`el_jax.grid.Grid.compare`); `best_baseline_vs_e1` is the best of seed 001's losses (highest
+(`el_jax.run.grid.Grid.compare`); `best_baseline_vs_e1` is the best of seed 001's losses (highest
 mean hard-test EM) against E1, one comparison chosen after looking, not adjusted.
 `label_copy` runs each chosen setting on `configs/label_copy.py:cpu` (KJV, fine-tuned from the
 small GPT-2 of experiments/label_copy.py, 400 steps, warmup 200; model seeds 0-4), the same
@@ -29,11 +29,11 @@ comparisons on hard test examples.
 "reweight" is CE with seed 001's loss-based token reweighting (`loss.reduction="reweight"`);
 its grid is the weighting shape.
 
-Each stage is one `el_jax.grid.Grid` and writes one results file of the grid schema
+Each stage is one `el_jax.run.grid.Grid` and writes one results file of the grid schema
 (`{meta, "rows": [...], "comparisons": {family: [...]}}`, rows in `GRID` order):
 select.json, test.json (with the comparisons), label_copy.json (with the comparisons),
 label_copy_grid.json; `table` writes table.json (the choice, the grid, the pretraining of the
-small GPT-2), table.png (`el_jax.plots.bars_with_seeds`) and prints the table. Runs are
+small GPT-2), table.png (`el_jax.report.plots.bars_with_seeds`) and prints the table. Runs are
 resumable; a row whose config is unchanged is reused from its results file, and a finished run
 is read back from runs/loss_baselines/ (run folders of `--losses` subsets fill one file
 together). `--size=test` runs every stage on the `test` variants (8 steps, seeds 0 / 0-1)
@@ -49,12 +49,13 @@ import fcntl
 import os
 import sys
 
-from el_jax import cli
-from el_jax import grid as grid_lib
-from el_jax import metrics as metrics_lib
-from el_jax import plots
-from el_jax import runner
-from el_jax import workdir as wd
+from el_jax.run import cli
+from el_jax.run import grid as grid_lib
+from el_jax.infra import metrics as metrics_lib
+from el_jax.report import plots as report_plots
+from el_jax.run import runner
+from el_jax.infra import workdir as wd
+from el_jax.report import stats
 
 OUT = os.path.join("results", "loss_baselines")
 RUNS = os.path.join("runs", "loss_baselines")
@@ -380,8 +381,8 @@ def table_text(docs):
                      f"p {c['p_value']:.2g} ({c['p_holm']:.2g})" if c else
                      f"{'reference' if r['label'] == ref else '-':38s}")
       lines.append(f"  {r['label']:20s} {point_name(r['point']):28s} "
-                   f"{runner.format_mean_range(agg['test_em_easy']):22s} "
-                   f"{runner.format_mean_range(agg['test_em_hard']):22s} " + " | ".join(tails))
+                   f"{stats.format_mean_range(agg['test_em_easy']):22s} "
+                   f"{stats.format_mean_range(agg['test_em_hard']):22s} " + " | ".join(tails))
     for c in doc["comparisons"].get("best_baseline_vs_e1", []):
       lines.append(f"  best of seed 001's losses, {c['a']}, minus e1: {c['diff']:+.3f} "
                    f"[{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}] p {c['p_value']:.2g}")
@@ -390,7 +391,7 @@ def table_text(docs):
 
 def plot(docs, path):
   """Hard-test EM of every chosen setting, a bar (mean) per task with a dot per seed: one
-  group per loss (`plots.bars_with_seeds` with the losses as its groups)."""
+  group per loss (`el_jax.report.plots.bars_with_seeds` with the losses as its groups)."""
   parts = [p for p in ("test", "label_copy") if p in docs]
   if not parts:
     return
@@ -405,7 +406,7 @@ def plot(docs, path):
             if all(r["label"] in s["per_seed"] for s in series)]
   names = {k: k.replace("_", "\n") for k in losses}
   names.update({"ce": "ce", "ce_no_warmup": "ce, no\nwarmup"})
-  plots.bars_with_seeds(series, losses, path, ylabel="hard test exact match",
+  report_plots.bars_with_seeds(series, losses, path, ylabel="hard test exact match",
                         title="chosen setting of each loss (with warmup, but for ce_no_warmup): "
                               "hard test exact match", metric_names=names)
 

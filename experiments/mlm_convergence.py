@@ -25,9 +25,9 @@ floor (PCFG: pretraining loss 3.204 against an optimum of 3.196).
   frequent tokens, sentences of 24 tokens; Table 3's 128 x 4 encoder, 3000 steps) over model
   seeds 0, 1, 2: the optimum, the gap and KL per seed, the unigram model's gap beside it. The
   paper's own downstream tasks for this language (QNLI, SST-2) need GLUE, which this machine
-  cannot download (`el_jax.data.lm_language` reads them through TFDS when prepared).
+  cannot download (`el_jax.core.data.lm_language` reads them through TFDS when prepared).
 
-Runs train in `--runs/<language>/<label>` (an `el_jax.grid.Grid`; finished runs and committed
+Runs train in `--runs/<language>/<label>` (an `el_jax.run.grid.Grid`; finished runs and committed
 rows of an identical config are reused, a killed run resumes from its checkpoints); the
 curves are copied from metrics.jsonl into the JSON, so the committed file keeps them.
 Writes `<out>/<language>.json` and `<out>/<language>.png` (valid gap over steps, log scale).
@@ -50,11 +50,11 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from el_jax import config as config_lib  # noqa: E402
-from el_jax import grid as grid_lib  # noqa: E402
-from el_jax import plots  # noqa: E402
-from el_jax import runner  # noqa: E402
-from el_jax import workdir as wd  # noqa: E402
+from el_jax.run import config as config_lib  # noqa: E402
+from el_jax.run import grid as grid_lib  # noqa: E402
+from el_jax.infra import plots  # noqa: E402
+from el_jax.run import runner  # noqa: E402
+from el_jax.infra import workdir as wd  # noqa: E402
 
 OUT = os.path.join("results", "mlm_convergence")
 RUNS_DIR = os.path.join("runs", "mlm_convergence")
@@ -182,7 +182,7 @@ def prepare_generator():
   """The small GPT-2 that configs/lm_mlm.py:cpu samples from (experiments/label_copy.py's
   pretraining, the same folders: trained once, then read back)."""
   export = config_lib.load_config_module("lm_mlm").SMALL_GPT2
-  runner.pretrain_and_export(runner.get_config("text_lm", "cpu", {}),
+  runner.pretrain_and_export(config_lib.get_config("text_lm", "cpu", {}),
                              os.path.join(os.path.dirname(export), "text_lm"), export)
 
 

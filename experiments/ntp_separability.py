@@ -17,10 +17,10 @@ import time
 
 from tqdm import tqdm
 
-from el_jax.ntp import data as data_lib
-from el_jax.ntp import geometry
-from el_jax import cli
-from el_jax import workdir as wd
+from el_jax.core.ntp import data as data_lib
+from el_jax.core.ntp import geometry
+from el_jax.run import cli
+from el_jax.infra import workdir as wd
 
 
 def main(argv=None):

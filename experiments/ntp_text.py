@@ -15,18 +15,17 @@ Results: `results/ntp_text/`, on the page docs/results/seed003_linear_ntp.md#rea
 a few minutes. Command: `python experiments/ntp_text.py`.
 """
 import argparse
-import json
 import os
 import time
 
 import numpy as np
 
-from el_jax.ntp import data as data_lib
-from el_jax.ntp import dynamics
-from el_jax.ntp import geometry
-from el_jax.ntp import text
-from el_jax import cli
-from el_jax import workdir as wd
+from el_jax.core.ntp import data as data_lib
+from el_jax.core.ntp import dynamics
+from el_jax.core.ntp import geometry
+from el_jax.core.ntp import text
+from el_jax.run import cli
+from el_jax.infra import workdir as wd
 
 
 def gd_run(ds, steps, lr):

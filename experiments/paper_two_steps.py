@@ -3,14 +3,14 @@ r"""Two real training steps of every paper-size run on this CPU (issue 24, item 
   python experiments/paper_two_steps.py [--rows=2] [--only=copy_task:paper,...]
       [--timeout=900] [--out=results/paper_two_steps]
 
-Shows that each `paper` variant (`el_jax.plan.paper_variants`) runs end to end outside the
+Shows that each `paper` variant (`el_jax.tools.plan.paper_variants`) runs end to end outside the
 plan's abstract shapes: its real data pipeline at its full configuration (the paper's data
 sizes, the full sequence length; the data are built, or read from their cache, by
-`el_jax.train.Setup` exactly as a launch would), the model initialised, the jitted step
-(`el_jax.train.Trainer`) compiled and run for 2 steps on real batches. What differs from a
+`el_jax.run.setup_lib.Setup` exactly as a launch would), the model initialised, the jitted step
+(`el_jax.run.setup_lib.Trainer`) compiled and run for 2 steps on real batches. What differs from a
 launch: the batch is `--rows` rows (the paper's is larger), the mesh is one CPU device (params
 and Adam state of the 202M-parameter PCFG model replicated on 8 forced CPU devices would take
-~25 GB), and nothing is evaluated or checkpointed (the loop of `el_jax.train.train_seed` is
+~25 GB), and nothing is evaluated or checkpointed (the loop of `el_jax.run.train.train_seed` is
 not used: only the step). Each variant runs in its own process (`--worker`), with a
 `--timeout`; a variant that cannot run here is recorded as "not run: <why>". By default each
 worker gets an empty `EL_JAX_CACHE` (`--fresh_cache`): its data are built from scratch, as on
@@ -32,7 +32,8 @@ import sys
 import tempfile
 import time
 
-from el_jax import cli
+from el_jax.run import cli
+from el_jax.run import setup as setup_lib
 
 OUT = os.path.join("results", "paper_two_steps")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -41,8 +42,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def overrides(name, variant, rows):
   """Config overrides of the two-step run of `name:variant`: `rows` rows per step, one
   device, no progress bar."""
-  from el_jax import config as config_lib
-  from el_jax import tasks
+  from el_jax.run import config as config_lib
+  from el_jax.core import tasks
   cfg = config_lib.get_config(name, variant)
   task_cls = tasks.get_task_class(cfg.task)
   out = {"num_devices": 1, "progress": False, "train.num_steps": 2}
@@ -59,22 +60,21 @@ def worker(label, rows, out_path):
   """Trains 2 steps of `label` ("name:variant") and writes its record to `out_path`."""
   import jax
   import numpy as np
-  from el_jax import config as config_lib
-  from el_jax import metrics as metrics_lib
-  from el_jax import train
+  from el_jax.run import config as config_lib
+  from el_jax.infra import metrics as metrics_lib
   name, variant = label.split(":")
   ov = overrides(name, variant, rows)
   cfg = config_lib.get_config(name, variant, ov)
   rec = {"config": f"configs/{name}.py:{variant}", "overrides": ov, "status": "running",
          "jax": jax.__version__, "devices": f"{jax.device_count()} {jax.devices()[0].platform}"}
   t0 = time.perf_counter()
-  setup = train.Setup(cfg)  # the task: its data, built or read from the cache
+  setup = setup_lib.Setup(cfg)  # the task: its data, built or read from the cache
   rec["data_s"] = round(time.perf_counter() - t0, 2)
   task = setup.task
   rec.update({"vocab_size": task.vocab_size, "context_len": task.context_len,
               "num_train": task.num_train, "rows_per_step": type(task).rows_per_step(cfg)})
   t0 = time.perf_counter()
-  trainer = train.Trainer(setup)
+  trainer = setup_lib.Trainer(setup)
   state = trainer.init(0)
   jax.block_until_ready(state)
   rec["trainer_s"] = round(time.perf_counter() - t0, 2)
@@ -156,7 +156,7 @@ def main(argv=None):
     raise ValueError(f"--rows={args.rows} must be >= 1")
   if args.worker:
     return worker(args.worker, args.rows, args.out)
-  from el_jax import plan as plan_lib
+  from el_jax.tools import plan as plan_lib
   labels = [f"{n}:{v}" for n, v in plan_lib.paper_variants()]
   if args.only:
     bad = [x for x in args.only.split(",") if x not in labels]

@@ -1,12 +1,12 @@
-r"""The plan of every paper-size run (issue 24, item 3): el_jax.plan for each `paper` variant.
+r"""The plan of every paper-size run (issue 24, item 3): el_jax.tools.plan for each `paper` variant.
 
   python experiments/plan_paper.py [--num_devices=8] [--mfu=0.4] [--out=results/plan_paper]
 
-For every configs/*.py variant named `paper` or `paper_*` (`el_jax.plan.paper_variants`)
+For every configs/*.py variant named `paper` or `paper_*` (`el_jax.tools.plan.paper_variants`)
 compiles the train step at the config's own batch on `--num_devices` forced CPU devices
 from abstract inputs (no data, nothing allocated) and writes `plan.json` (every number of
-`el_jax.plan.plan`, per variant) and `plan.md` (the table) under `--out`. The chips' peaks
-and their sources are those of `el_jax.plan.CHIPS`; experiments/paper_two_steps.py trains two
+`el_jax.tools.plan.plan`, per variant) and `plan.md` (the table) under `--out`. The chips' peaks
+and their sources are those of `el_jax.tools.plan.CHIPS`; experiments/paper_two_steps.py trains two
 real steps of each variant on this CPU.
 
 Results: `results/plan_paper/`, on the page docs/results/speed.md#paper-size-runs-the-plan
@@ -20,8 +20,8 @@ import platform
 import sys
 import time
 
-from el_jax import cli
-from el_jax import plan as plan_lib
+from el_jax.run import cli
+from el_jax.tools import plan as plan_lib
 
 OUT = os.path.join("results", "plan_paper")
 
@@ -78,7 +78,7 @@ def main(argv=None):
   ap.add_argument("--out", default=OUT)
   args = ap.parse_args(argv)
   plan_lib.force_cpu_devices(args.num_devices)  # before JAX starts its backend
-  from el_jax import config as config_lib
+  from el_jax.run import config as config_lib
   runs = {}
   for name, variant in plan_lib.paper_variants():
     label = f"{name}:{variant}"
@@ -90,7 +90,7 @@ def main(argv=None):
     runs[label] = p
   os.makedirs(args.out, exist_ok=True)
   import jax
-  from el_jax import provenance
+  from el_jax.infra import provenance
   meta = {"num_devices": args.num_devices, "mfu": args.mfu, "peak": "dtype",
           "ran_on": provenance.ran_on(),
           "jax": jax.__version__, "machine": f"{platform.machine()} {os.cpu_count()} cores",

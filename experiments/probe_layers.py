@@ -26,11 +26,11 @@ import os
 import sys
 import time
 
-from el_jax import cli
-from el_jax import mlm_measure
-from el_jax import probe
-from el_jax import provenance
-from el_jax import workdir as wd
+from el_jax.run import cli
+from el_jax.run import mlm_measure
+from el_jax.core import probe
+from el_jax.infra import provenance
+from el_jax.infra import workdir as wd
 
 KEEP = ("test_acc", "test_acc_mean", "test_acc_std", "valid_acc_mean", "chosen", "feature_rank",
         "num_features")

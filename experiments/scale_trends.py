@@ -51,7 +51,7 @@ point, with the same number of candidates for CE + warmup and E1 + warmup:
   prediction in CHANGELOG.md written) before any ran.
 
 Stages: `tune` trains every candidate on the tuning seeds (`<out>/<task>_tune.json`, one
-`el_jax.grid.Grid`); `all` (the default) also chooses per point and method on validation (`selection` in the
+`el_jax.run.grid.Grid`); `all` (the default) also chooses per point and method on validation (`selection` in the
 JSON, with each candidate's score), trains the chosen settings on the test seeds and compares
 on test (`<out>/<task>.json`): per point E1 + warmup vs CE, E1 + warmup vs CE + warmup and CE +
 warmup vs CE (difference of means, bootstrap 95% interval, permutation p over model seeds;
@@ -82,11 +82,11 @@ import math
 import os
 import shlex
 
-from el_jax import cli
-from el_jax import grid as grid_lib
-from el_jax import runner
-from el_jax import stats
-from el_jax import workdir as wd
+from el_jax.run import cli
+from el_jax.run import grid as grid_lib
+from el_jax.run import runner
+from el_jax.report import stats
+from el_jax.infra import workdir as wd
 
 OUT = os.path.join("results", "scale_trends")
 RUNS_DIR = os.path.join("runs", "scale_trends")
@@ -103,7 +103,7 @@ FAMILIES = (("primary", PRIMARY), ("secondary", SECONDARY))
 # so reading a trend off them is post hoc. One number per task: the least-squares slope of
 # mean(E1 + warmup) - mean(CE) on the test metric against log2 of the scale axis, with a 95%
 # percentile bootstrap interval resampling each arm's test seeds at each point
-# (el_jax.stats.trend_slope). A trend is claimed only where the interval excludes 0 and the
+# (el_jax.report.stats.trend_slope). A trend is claimed only where the interval excludes 0 and the
 # design holds: >= 3 points, >= 5 test seeds per arm and point, and every arm given the same
 # number of tuning candidates. `trend_test` in the JSON says which conditions a run met.
 PREREGISTERED = {"statistic": "slope of mean(e1_warmup) - mean(ce) against log2(x)",

@@ -77,9 +77,9 @@ def has_avx2_fma():
   return False
 
 
-# A training run's PNG plots off (el_jax.progress.plots_enabled): about 2 s of each short run
+# A training run's PNG plots off (el_jax.infra.progress.plots_enabled): about 2 s of each short run
 # the suite starts. The tests of the plots set EL_JAX_PLOTS=1 (`PLOTS`: the `plots` mark of
-# tests/conftest.py, or the fixture or helper itself), and so does the clean install of
+# conftest.py, or the fixture or helper itself), and so does the clean install of
 # tests/test_install.py, whose runs must show that the core's matplotlib draws them.
 PLOTS = {"EL_JAX_PLOTS": "1"}
 

@@ -8,18 +8,19 @@ import numpy as np
 import optax
 import pytest
 
-from el_jax import adversarial
-from el_jax.data import downstream
-from el_jax import job
-from el_jax.models import decoder
-from el_jax import probe
-from el_jax import runner
-from el_jax import train
+from el_jax.core import adversarial
+from el_jax.core.data import downstream
+from el_jax.run import job
+from el_jax.core.models import decoder
+from el_jax.core import probe
+from el_jax.run import runner
+from el_jax.run import config as config_lib
+from el_jax.run import setup as setup_lib
 
 
 def _config(cache_dir, **overrides):
   # One layer: the tests compile the train step several times.
-  c = runner.get_config("pcfg_mlm", "test", {"model.num_layers": 1, **overrides})
+  c = config_lib.get_config("pcfg_mlm", "test", {"model.num_layers": 1, **overrides})
   c.data.cache_dir = str(cache_dir)
   return c
 
@@ -31,7 +32,7 @@ def cache(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def setup(cache):
-  return train.Setup(_config(cache, num_devices=1, **{"adversarial.enabled": True}))
+  return setup_lib.Setup(_config(cache, num_devices=1, **{"adversarial.enabled": True}))
 
 
 @pytest.fixture(scope="module")
@@ -200,12 +201,12 @@ def test_adversarial_training_runs_end_to_end(cache, tmp_path):
 def test_the_hmm_term_uses_the_probes_task_k_and_trains(cache, tmp_path):
   """On the HMM the adversary's training set is hmm_task(int(task))'s train split, the one the
   Measurer's probe of that task trains on, and a run trains end to end."""
-  c = runner.get_config("hmm_mlm", "test", {
+  c = config_lib.get_config("hmm_mlm", "test", {
       "model.num_layers": 1, "num_devices": 1, "adversarial.enabled": True,
       "adversarial.task": "6", "adversarial.weight": 0.5, "train.num_steps": 4,
       "train.eval_every": 0, "train.checkpoint_every": 4, "train.log_every": 2})
   c.data.cache_dir = str(cache)
-  s = train.Setup(c)
+  s = setup_lib.Setup(c)
   a = c.adversarial
   mine = adversarial.downstream_data(c, s.task.language, s.task.context_len)
   probe_ds = downstream.hmm_task(s.task.language, 6, num_train=a.num_train, num_valid=40,
@@ -244,7 +245,7 @@ ERRORS = {
 def test_config_errors_name_the_field(case, tmp_path):
   overrides, fragments = ERRORS[case]
   with pytest.raises(ValueError) as e:
-    train.validate_config(_config(tmp_path, **overrides))
+    setup_lib.validate_config(_config(tmp_path, **overrides))
   for frag in fragments:
     assert frag in str(e.value), str(e.value)
 
@@ -252,7 +253,7 @@ def test_config_errors_name_the_field(case, tmp_path):
 def test_a_disabled_hmm_block_does_not_bind_data_length(tmp_path):
   """Plain HMM pre-training with sentences shorter than the block's task (task-10 needs 10
   tokens) is not refused for a term that does not run; enabling it is, naming what is allowed."""
-  c = runner.get_config("hmm_mlm", "test", {"data.length": 8, "data.max_len_tokens": 8})
+  c = config_lib.get_config("hmm_mlm", "test", {"data.length": 8, "data.max_len_tokens": 8})
   c.data.cache_dir = str(tmp_path)
   adversarial.validate_config(c)
   c.adversarial.enabled = True
@@ -266,12 +267,12 @@ def test_enabled_must_be_a_bool(tmp_path):
   del cfg.adversarial["enabled"]  # ml_collections refuses a non-bool for the bool field
   cfg.adversarial.enabled = 1
   with pytest.raises(ValueError, match=r"adversarial.enabled=1 must be True or False"):
-    train.validate_config(cfg)
+    setup_lib.validate_config(cfg)
 
 
 def test_a_config_without_the_block_is_plain_pretraining(tmp_path):
   cfg = _config(tmp_path)
   del cfg["adversarial"]
-  train.validate_config(cfg)
+  setup_lib.validate_config(cfg)
   assert not adversarial.enabled(cfg)
   assert adversarial.enabled(_config(tmp_path, **{"adversarial.enabled": True}))

@@ -1,12 +1,12 @@
-"""el_jax.bench's profiler breakdown and matmul peak (the figures docs/bench.md reports)."""
+"""el_jax.tools.bench's profiler breakdown and matmul peak (the figures docs/bench.md reports)."""
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import reliability as rel
-from el_jax import bench
-from el_jax import runner
+from el_jax.tools import bench
+from el_jax.run import config as config_lib
 
 
 def test_op_kinds_sorts_compiled_ops_by_what_they_compute():
@@ -22,7 +22,7 @@ def test_op_kinds_sorts_compiled_ops_by_what_they_compute():
 
 
 def test_the_profile_times_the_step_by_kind():
-  cfg = runner.get_config("copy_task", "test")
+  cfg = config_lib.get_config("copy_task", "test")
   cfg.progress = False
   r = bench.StepRunner(cfg, warmup=1)
   wall, per_op = bench.op_times(r, 3)
@@ -41,7 +41,7 @@ def test_matmul_peak_is_the_flop_rate_of_a_timed_matmul():
 def test_op_times_are_the_breakdown_per_instruction():
   """`--profile_top`'s listing: every traced instruction with its kind and result shape, and
   the kinds' sums are `by_kind` of it."""
-  cfg = runner.get_config("copy_task", "test")
+  cfg = config_lib.get_config("copy_task", "test")
   cfg.progress = False
   r = bench.StepRunner(cfg, warmup=1)
   wall, ops = bench.op_times(r, 3)
@@ -87,7 +87,7 @@ def test_profile_top_without_profile_is_one_line(capsys, monkeypatch):
   monkeypatch.chdir(rel.ROOT)
   capsys.readouterr()
   with pytest.raises(SystemExit) as e:
-    bench.main(["el_jax.bench", "--config=configs/copy_task.py:test", "--profile_top=5"])
+    bench.main(["el_jax.tools.bench", "--config=configs/copy_task.py:test", "--profile_top=5"])
   assert e.value.code not in (0, None)
   err = capsys.readouterr().err.strip().splitlines()
   assert err[-1] == "error: --profile_top=5 lists the ops of --profile's trace: add --profile", err

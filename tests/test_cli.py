@@ -9,7 +9,7 @@ import sys
 import pytest
 
 import reliability  # tests/reliability.py
-from el_jax import cli
+from el_jax.run import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG_FILES = sorted(p for p in glob.glob(os.path.join(ROOT, "configs", "*.py"))
@@ -94,11 +94,11 @@ def test_every_variant_of_every_config_loads(path):
 
 
 def _block_fields():
-  """{block function: {field: line}} of el_jax/config_blocks.py: every field the shared blocks
+  """{block function: {field: line}} of el_jax/run/config_blocks.py: every field the shared blocks
   define, each on its own line (`c.<field> = ...`, `train.<field> = ...` or an OPTIM_DEFAULTS
   entry) or, for the loss blocks, an entry of LOSS_HPARAMS / REWEIGHT_FIELDS with its comment
   (shown here as the line `c.<loss>.<field> = <default>  # <comment>`)."""
-  with open(os.path.join(ROOT, "el_jax", "config_blocks.py")) as f:
+  with open(os.path.join(ROOT, "el_jax", "run", "config_blocks.py")) as f:
     lines = f.read().splitlines()
   out, fn = {}, None
   for line in lines:
@@ -112,7 +112,7 @@ def _block_fields():
     if fn and m and not m.group(2).startswith(("ml_collections.ConfigDict()", "loss()",
                                                 "optim(", "flatness()", "_block(")):
       out.setdefault(fn, {})[m.group(1)] = line
-  from el_jax import config_blocks
+  from el_jax.run import config_blocks
   tables = [(n, fields) for n, fields in config_blocks.LOSS_HPARAMS]
   for block, fields in tables + [("reweight", config_blocks.REWEIGHT_FIELDS)]:
     for field, default, comment in fields:
@@ -133,7 +133,7 @@ def test_every_training_config_field_has_a_comment(name):
   with open(path) as f:
     lines = f.read().splitlines()
   # The fields are defined at the top level of get_config (2-space indent), or by a shared
-  # block of el_jax/config_blocks.py (`c.loss = blocks.loss()`, `blocks.loop(c.train, ...)`);
+  # block of el_jax/run/config_blocks.py (`c.loss = blocks.loss()`, `blocks.loop(c.train, ...)`);
   # variant overrides inside `if arg == ...` blocks are not definitions.
   shared = _block_fields()
   defined = {}
@@ -158,7 +158,7 @@ def test_every_training_config_field_has_a_comment(name):
 def test_expected_errors_are_el_jax_checks_and_os_errors_not_library_bugs():
   import ml_collections
   import numpy as np
-  from el_jax import optim
+  from el_jax.core import optim
 
   def caught(fn):
     try:
@@ -181,7 +181,7 @@ def test_expected_errors_are_el_jax_checks_and_os_errors_not_library_bugs():
 
 def test_guard_prints_one_line_and_exits_2_or_1(capsys):
   def bad_config(argv):
-    from el_jax import optim
+    from el_jax.core import optim
     import ml_collections
     optim.validate_config(ml_collections.ConfigDict({"name": "adamw", "lr": -1.0}))
 

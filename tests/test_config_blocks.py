@@ -1,8 +1,8 @@
-"""Every config builds its loss, optim, loop and flatness blocks from el_jax.config_blocks."""
+"""Every config builds its loss, optim, loop and flatness blocks from el_jax.run.config_blocks."""
 import pytest
 
-from el_jax import config as config_lib
-from el_jax import config_blocks as blocks
+from el_jax.run import config as config_lib
+from el_jax.run import config_blocks as blocks
 
 CONFIGS = ("copy_task", "hmm_mlm", "label_copy", "path_star", "pcfg_mlm", "text_lm")
 LOOP = {"num_steps", "log_every", "eval_every", "checkpoint_every", "stop_at_step", "vmap_seeds",
@@ -41,8 +41,8 @@ def test_loop_adds_optional_fields_only_when_given():
 
 def test_each_loss_block_holds_exactly_that_loss_hyperparameters():
   """LOSS_HPARAMS (the config side) names, per loss, the keyword arguments of its function in
-  el_jax.losses (the math side); every loss with hyperparameters has a block."""
-  from el_jax import losses
+  el_jax.core.losses (the math side); every loss with hyperparameters has a block."""
+  from el_jax.core import losses
   table = dict((n, tuple(f for f, _, _ in fields)) for n, fields in blocks.LOSS_HPARAMS)
   want = {n: losses._hparam_names(fn) for n, fn in losses.LOSSES.items() if losses._hparam_names(fn)}
   assert table == want
@@ -56,7 +56,7 @@ def test_old_flat_loss_fields_upgrade_and_compare_equal():
   today's config when it trains the same thing; the old layout is refused with where each
   field lives now, on the command line and in code."""
   import pytest as _pytest
-  from el_jax import losses
+  from el_jax.core import losses
   new = config_lib.flatten(config_lib.config_dict(config_lib.get_config(
       "copy_task", "test", {"loss.name": "e1", "loss.e1.lam": 4.0})))
   old = {k: v for k, v in new.items() if k.count(".") < 2 or not k.startswith("loss.")}

@@ -4,8 +4,8 @@ import time
 import numpy as np
 import pytest
 
-from el_jax.data import copy_task as ct
-from el_jax.tasks import base
+from el_jax.core.data import copy_task as ct
+from el_jax.core.tasks import base
 
 
 def _ids(word):

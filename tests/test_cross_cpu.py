@@ -3,7 +3,7 @@ in force in the test process itself: the XLA flags (YNNPACK's consistent-arithme
 single-threaded Eigen contractions), Eigen's own contraction kernel instead of oneDNN's, and
 OpenBLAS (SciPy's, which jaxlib's LAPACK ops call, and NumPy's) on one thread and, on a CPU
 with AVX2 and FMA, on its Haswell kernels. OpenBLAS reads its environment when it is loaded,
-so this fails if NumPy or SciPy were imported before tests/conftest.py set it."""
+so this fails if NumPy or SciPy were imported before conftest.py set it."""
 import ctypes
 import os
 

@@ -2,7 +2,6 @@
 by verify's measurements, collects returned files into per-job results with a test over model
 seeds once each arm has 3, and the accelerator page renders them."""
 import importlib.util
-import json
 import math
 import os
 import shutil
@@ -12,8 +11,8 @@ import pytest
 import shared_fixtures  # tests/shared_fixtures.py
 
 from el_jax import report
-from el_jax import stats
-from el_jax import workdir as wd
+from el_jax.report import stats
+from el_jax.infra import workdir as wd
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _spec = importlib.util.spec_from_file_location("device_queue",

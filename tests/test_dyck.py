@@ -10,9 +10,9 @@ import optax
 import pytest
 import scipy.stats
 
-from el_jax import flatness
-from el_jax.data import dyck
-from el_jax.models import dyck_net as dn
+from el_jax.core import flatness
+from el_jax.core.data import dyck
+from el_jax.core.models import dyck_net as dn
 
 VARIANTS = [(1, False), (1, True), (2, True)]
 

@@ -1,4 +1,4 @@
-"""The `dyck` task (el_jax.tasks.dyck, configs/dyck.py) and experiments/dyck_flatness.py on it.
+"""The `dyck` task (el_jax.core.tasks.dyck, configs/dyck.py) and experiments/dyck_flatness.py on it.
 
 The task trains through el_jax's loop what the script's own loop trained before: checked
 here against the independent path `dyck_net.train_chunk` (a jitted scan that draws its
@@ -14,13 +14,13 @@ import numpy as np
 import optax
 import pytest
 
-from el_jax import checkpoint
-from el_jax import config as config_lib
-from el_jax import job
-from el_jax import metrics as metrics_lib
-from el_jax import setup as setup_lib
-from el_jax.data import dyck
-from el_jax.models import dyck_net as dn
+from el_jax.infra import checkpoint
+from el_jax.run import config as config_lib
+from el_jax.run import job
+from el_jax.infra import metrics as metrics_lib
+from el_jax.run import setup as setup_lib
+from el_jax.core.data import dyck
+from el_jax.core.models import dyck_net as dn
 import reliability as rel  # tests/reliability.py
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -36,7 +36,7 @@ def _config(**overrides):
 
 def _old_path(seed, chunks, length=4, width=4):
   """Params after each chunk of `chunks` steps and the loss of every step, by
-  `dyck_net.train_chunk` (the script's loop before el_jax.train)."""
+  `dyck_net.train_chunk` (the script's loop before el_jax.run.train)."""
   data = dn.model_batch(dn.pretraining_data(dyck.Language(length)))
   p = dn.init(jax.random.key(seed), length, width, value_std=0.1)
   opt = optax.sgd(0.1)
@@ -96,7 +96,7 @@ def test_the_loop_trains_what_train_chunk_trains_and_resumes_to_the_same(tmp_pat
 def test_batches_follow_the_key_stream_from_any_step():
   """A batch of any step, asked first (a resume), equals the one reached step by step, and
   both are the draws train_chunk makes (indices and Rademacher signs from split(key, 3))."""
-  from el_jax import tasks
+  from el_jax.core import tasks
   cfg = config_lib.get_config("dyck", "test", {"data.label_noise": NOISE})
   walked, fresh = (tasks.get_task_class("dyck")(cfg) for _ in range(2))
   for step in range(0, 1003):
@@ -140,7 +140,7 @@ def test_bad_configs_are_refused_in_one_line(override, match):
 
 
 # experiments/dyck_flatness.py at a tiny size, both arms. PINNED: what the script wrote with
-# these arguments before it trained through el_jax.train (its own loop, dyck_net.train_chunk;
+# these arguments before it trained through el_jax.run.train (its own loop, dyck_net.train_chunk;
 # identical to the last bit then, as at the smoke size --steps=2000 --seeds=0
 # --rf_width_factors=2). Per arm: per measured step (loss, Tr(H), lambda_max, cancellation
 # ratio, active neurons per input, downstream error at n = 4); final flattest rescaling (c, Tr(H)).

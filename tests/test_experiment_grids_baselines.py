@@ -1,4 +1,4 @@
-"""experiments/loss_baselines.py on el_jax.grid: the `test` stage at `--size=test` (three runs of
+"""experiments/loss_baselines.py on el_jax.run.grid: the `test` stage at `--size=test` (three runs of
 8 steps) writes grid rows whose per-seed numbers are those of the runs, comparisons with Holm
 over each family, reuses its rows, and the selection is the argmax of the validation grid."""
 import fcntl
@@ -7,10 +7,11 @@ import os
 
 import pytest
 
-from el_jax import grid as grid_lib
-from el_jax import job
-from el_jax import runner
-from el_jax import stats
+from el_jax.run import grid as grid_lib
+from el_jax.run import job
+from el_jax.run import runner
+from el_jax.report import stats
+from el_jax.run import config as config_lib
 import pins  # tests/pins.py
 import reliability  # tests/reliability.py
 
@@ -95,7 +96,7 @@ def test_per_seed_numbers_are_a_direct_run_of_the_same_config(staged, monkeypatc
   _forbid_training(monkeypatch)
   for r in doc["rows"]:
     over = {**r["point"], **({"optim.warmup_steps": 4} if r["warmup"] else {})}
-    cfg = runner.get_config("copy_task", "test", over)
+    cfg = config_lib.get_config("copy_task", "test", over)
     cfg.seeds = (0, 1)
     cfg.progress = False
     summary = runner.run_or_reuse(runner.fit_devices(cfg), r["workdir"], verbose=False)

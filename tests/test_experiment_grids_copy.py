@@ -1,4 +1,4 @@
-"""experiments/copy_task_suite.py and experiments/copy_task_cpu_sweep.py on `el_jax.grid`, at
+"""experiments/copy_task_suite.py and experiments/copy_task_cpu_sweep.py on `el_jax.run.grid`, at
 `--size=test`: the JSON they write has the grid's schema, its per-seed numbers are those of a
 direct `job.train_and_evaluate` of the same config (the scripts add nothing to them), and the
 comparisons carry Holm's adjustment over each table."""
@@ -8,11 +8,11 @@ import shutil
 
 import pytest
 
-from el_jax import config as config_lib
-from el_jax import grid as grid_lib
-from el_jax import job
-from el_jax import runner
-from el_jax import stats
+from el_jax.run import config as config_lib
+from el_jax.run import grid as grid_lib
+from el_jax.run import job
+from el_jax.run import runner
+from el_jax.report import stats
 import pins  # tests/pins.py
 import reliability
 import shared_fixtures  # tests/shared_fixtures.py
@@ -233,7 +233,7 @@ def test_select_on_the_committed_sweep_gives_the_committed_choice(tmp_path, caps
 def test_the_demo_at_test_size_is_pinned(tmp_path):
   """`make demo`'s grid on configs/copy_task.py:test (2 seeds): its rows are the pinned
   numbers, and its comparisons are each run against CE."""
-  from el_jax import demo
+  from el_jax.tools import demo
   out = demo.run(variant="test", workdir=str(tmp_path), seeds=[0, 1])
   assert [r["label"] for r in out["rows"]] == list(demo.demo_runs())
   assert [(c["a"], c["b"]) for c in out["comparisons"][demo.COMPARE_METRIC]] == [

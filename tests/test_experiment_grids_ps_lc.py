@@ -1,14 +1,14 @@
-"""experiments/path_star_table1.py and experiments/label_copy.py on el_jax.grid: at test size
+"""experiments/path_star_table1.py and experiments/label_copy.py on el_jax.run.grid: at test size
 each writes the grid's row schema, its per-seed numbers are those of `runner.run_or_reuse` of
 the same config, and its Holm p-values are `stats.holm` over each family; the committed JSON
 (converted from the pre-grid schema) recomputes from its per-seed values."""
 import json
 import os
 
-from el_jax import config as config_lib
-from el_jax import grid as grid_lib
-from el_jax import runner
-from el_jax import stats
+from el_jax.run import config as config_lib
+from el_jax.run import grid as grid_lib
+from el_jax.run import runner
+from el_jax.report import stats
 
 import pins  # tests/pins.py
 import reliability  # tests/reliability.py

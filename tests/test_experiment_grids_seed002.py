@@ -1,5 +1,5 @@
 """experiments/mlm_flatness.py (Figure 1 / 3), adversarial_pretraining.py and
-flatness_copy_task.py on `el_jax.grid`, at test size: each writes the grid's rows (its runs,
+flatness_copy_task.py on `el_jax.run.grid`, at test size: each writes the grid's rows (its runs,
 in the row schema) beside its measurements; a row's per-seed numbers are those of
 `runner.run_or_reuse` of its config trained afresh, and are pinned (tests/pins.py); the
 measurements (Tr(H), probes, pilots, comparisons) are the numbers the scripts gave before
@@ -15,10 +15,10 @@ import re
 import numpy as np
 import pytest
 
-from el_jax import config as config_lib
-from el_jax import grid as grid_lib
-from el_jax import runner
-from el_jax import stats
+from el_jax.run import config as config_lib
+from el_jax.run import grid as grid_lib
+from el_jax.run import runner
+from el_jax.report import stats
 import pins  # tests/pins.py
 import reliability  # tests/reliability.py
 
@@ -37,7 +37,7 @@ FC_ARGV = ["--size=test", "--seeds", "0", "1", "--steps=8", "--every=8", "--prob
            "--batches=2", "--fisher_samples=2", "--lanczos_steps=3"]
 
 # The pre-grid scripts' numbers with these arguments ({path in the JSON: value}), under the
-# suite's settings (tests/conftest.py), which give the same numbers on any x86-64 CPU with AVX2
+# suite's settings (conftest.py), which give the same numbers on any x86-64 CPU with AVX2
 # and FMA (docs/testing.md, "Across CPUs"). Re-measured, nothing else moving, when the suite's
 # own process moved to LLVM optimisation level 0 (issue 24) and when it moved to the cross-CPU
 # settings (issue 34): both times the Hutchinson traces of the AdamW models (last digits of a
@@ -135,7 +135,7 @@ def _check_pins(doc, want):
 
 
 def _check_rows(doc, labels):
-  """The grid's rows: the schema of el_jax.grid, in the order declared; {label: row}."""
+  """The grid's rows: the schema of el_jax.run.grid, in the order declared; {label: row}."""
   assert [r["label"] for r in doc["rows"]] == labels
   for r in doc["rows"]:
     assert set(grid_lib.ROW_FIELDS) <= set(r), r["label"]
@@ -666,10 +666,10 @@ def test_probe_layers_reads_every_layer_of_trained_and_random_models(tmp_path, m
   0..L and "final" of the trained model and its random init; "final" is what the figures'
   probe (`Measurer.probes`) gives on the same model; per layer the paired comparison over
   the seeds; a workdir without a config is refused with what to give."""
-  from el_jax import mlm_measure
+  from el_jax.run import mlm_measure
   pl = _script("probe_layers")
   monkeypatch.setenv("EL_JAX_CACHE", str(tmp_path / "cache"))
-  cfg = runner.get_config("hmm_mlm", "test", {"seeds": (0, 1)})
+  cfg = config_lib.get_config("hmm_mlm", "test", {"seeds": (0, 1)})
   cfg.progress = False
   work = str(tmp_path / "run")
   runner.run_or_reuse(cfg, work, verbose=False)
@@ -705,10 +705,10 @@ def test_attention_reach_reads_the_masked_queries_weights(tmp_path, monkeypatch)
   sentence) give exactly the `uniform` baseline; a workdir without a config, or an LSTM run,
   is refused with what to give."""
   import jax
-  from el_jax.models import decoder
+  from el_jax.core.models import decoder
   ar = _script("attention_reach")
   monkeypatch.setenv("EL_JAX_CACHE", str(tmp_path / "cache"))
-  cfg = runner.get_config("hmm_mlm", "test", {"seeds": (0,)})
+  cfg = config_lib.get_config("hmm_mlm", "test", {"seeds": (0,)})
   cfg.progress = False
   work = str(tmp_path / "run")
   runner.run_or_reuse(cfg, work, verbose=False)
@@ -750,7 +750,7 @@ def test_attention_reach_reads_the_masked_queries_weights(tmp_path, monkeypatch)
     ar.main([f"--workdir={tmp_path}", "--step=1", f"--out={tmp_path / 'x.json'}"])
   os.makedirs(tmp_path / "lstm")
   with open(tmp_path / "lstm" / "config.json", "w") as f:
-    json.dump(runner.get_config("hmm_mlm", "test", {"model.preset": "bilstm"}).to_dict(), f)
+    json.dump(config_lib.get_config("hmm_mlm", "test", {"model.preset": "bilstm"}).to_dict(), f)
   with pytest.raises(ValueError, match=r"model\.preset 'bilstm'; attention weights need an MLM "
                      r"run of the transformer encoder"):
     ar.main([f"--workdir={tmp_path / 'lstm'}", "--step=1", f"--out={tmp_path / 'x.json'}"])

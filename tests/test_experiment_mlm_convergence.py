@@ -111,7 +111,7 @@ def test_the_lm_generator_is_the_small_gpt2_lm_mlm_cpu_reads(monkeypatch):
   lm = mc.config_lib.get_config("lm_mlm", "cpu")
   assert export == lm.data.generator == "runs/label_copy/small_gpt2"
   assert workdir == "runs/label_copy/text_lm"
-  assert cfg.to_dict() == mc.runner.get_config("text_lm", "cpu", {}).to_dict()
+  assert cfg.to_dict() == mc.config_lib.get_config("text_lm", "cpu", {}).to_dict()
 
 
 def test_the_papers_numbers_are_report_paper():

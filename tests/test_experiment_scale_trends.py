@@ -9,7 +9,7 @@ import os
 import numpy as np
 import pytest
 
-from el_jax import stats
+from el_jax.report import stats
 import pins  # tests/pins.py
 import reliability
 

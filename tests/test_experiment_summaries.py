@@ -5,6 +5,9 @@ import os
 import numpy as np
 import reliability
 
+from el_jax.report import stats
+from el_jax.run import setup as setup_lib
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -35,13 +38,12 @@ def test_train_ce_summary_is_the_seed_mean_over_each_window(tmp_path):
 
 
 def test_data_coverage_counts_easy_test_letters_seen_in_training():
-  from el_jax import train
-  from el_jax.grid import make_config
+  from el_jax.run.grid import make_config
   suite = _script("copy_task_suite")
   for lo in ({}, {"data.num_letters": 500, "data.num_train": 800}):
     got = suite.data_coverage(lo)
     cfg = make_config("copy_task", "cpu", lo, [0])
-    task = train.Setup(cfg).task
+    task = setup_lib.Setup(cfg).task
     tr, te = task.train, task.test
     seen = {tuple(a) for a, e in zip(tr.answers.tolist(), tr.easy) if e}
     want = np.mean([tuple(a) in seen for a, e in zip(te.answers.tolist(), te.easy) if e])
@@ -53,7 +55,7 @@ def test_data_coverage_counts_easy_test_letters_seen_in_training():
 def test_demo_runs_are_the_setting_chosen_on_validation():
   """configs/copy_task.py sweep() holds what experiments/copy_task_cpu_sweep.py --stage=select
   chose on the validation split (results/copy_task_cpu_sweep/selection.json)."""
-  from el_jax import demo
+  from el_jax.tools import demo
   with open(os.path.join(ROOT, "results", "copy_task_cpu_sweep", "selection.json")) as f:
     sel = json.load(f)
   assert sel["metric"].startswith("valid_")
@@ -77,7 +79,6 @@ def test_demo_runs_are_the_setting_chosen_on_validation():
 def test_comparisons_recorded_in_experiment_json_match_their_per_seed_values():
   """Every p-value in the committed JSON is the permutation test of the per-seed values
   beside it (recomputed here from those values)."""
-  from el_jax import runner
   checked = 0
   paths = [os.path.join(ROOT, "results", "copy_task_suite", f"{stage}.json")
            for stage in ("table3", "fig1_context", "fig1_width")]
@@ -87,17 +88,16 @@ def test_comparisons_recorded_in_experiment_json_match_their_per_seed_values():
     for metric, comps in summ["comparisons"].items():
       for c in comps:
         va, vb = per_seed[c["a"]][metric], per_seed[c["b"]][metric]
-        assert c["p_value"] == runner.permutation_test(va, vb)
+        assert c["p_value"] == stats.permutation_test(va, vb)
         assert c["mean_a"] == np.mean(va)
         checked += 1
-      assert [c["p_holm"] for c in comps] == runner.holm([c["p_value"] for c in comps])
+      assert [c["p_holm"] for c in comps] == stats.holm([c["p_value"] for c in comps])
   assert checked > 16  # Table 3 (8), Figure 1 (4 + 4) and the demo
 
 
 def test_mlm_flatness_comparisons_and_readme_rows_match_their_points():
   """results/mlm_flatness: the first-vs-last comparisons recompute from the stored points,
   and every row of the Figure 1 / 3 tables (SGD and AdamW continuations) on the results page is the JSON rounded."""
-  from el_jax import runner
   readme = open(os.path.join(ROOT, "docs", "results", "seed002_flatness.md")).read()
   for name in ("training_pcfg", "training_hmm", "training_adamw_hmm"):
     with open(os.path.join(ROOT, "results", "mlm_flatness", f"{name}.json")) as f:
@@ -115,11 +115,11 @@ def test_mlm_flatness_comparisons_and_readme_rows_match_their_points():
       first, last = r["points"][0], r["points"][-1]
       trace = lambda p: p["trace_b1_reps"]  # noqa: E731
       acc = lambda p, t: p["probe"][t]["test_acc"]  # noqa: E731
-    got = runner.compare(trace(last), trace(first))
+    got = stats.compare(trace(last), trace(first))
     c = r["comparison"]["trace_b1_change"]
     assert {k: c[k] for k in got} == got  # and p_holm (tests/test_experiment_grids_seed002.py)
     for task, c in r["comparison"]["probe"].items():
-      got = runner.compare(acc(last, task), acc(first, task))
+      got = stats.compare(acc(last, task), acc(first, task))
       assert {k: c[k] for k in got} == got
     for p in r["points"]:
       pr = next(iter(p["probe"].values()))
@@ -132,11 +132,10 @@ def test_mlm_flatness_comparisons_and_readme_rows_match_their_points():
 
 
 def test_loss_baselines_table_recomputes_from_its_runs():
-  """results/loss_baselines (el_jax.grid files): each loss's setting is the argmax of its
+  """results/loss_baselines (el_jax.run.grid files): each loss's setting is the argmax of its
   validation grid (select.json), and every comparison of test.json / label_copy.json with its
   Holm-adjusted p recomputes from the per-seed values of the rows beside it. (The page's
   tables are the report's rendering of these files, checked by tests/test_report.py.)"""
-  from el_jax import runner
   lb = _script("loss_baselines")
   out = os.path.join(ROOT, "results", "loss_baselines")
   with open(os.path.join(out, "table.json")) as f:
@@ -160,17 +159,17 @@ def test_loss_baselines_table_recomputes_from_its_runs():
       assert len(comps) == (len(lb.GRID) if fam == "vs_ce" else len(lb.GRID) - 1)
       for c in comps:
         assert c["b"] == ref and c["metric"] == lb.TEST_METRIC
-        got = runner.compare(rows[c["a"]]["per_seed"][lb.TEST_METRIC],
+        got = stats.compare(rows[c["a"]]["per_seed"][lb.TEST_METRIC],
                              rows[ref]["per_seed"][lb.TEST_METRIC])
         assert {k: c[k] for k in got} == got
-      assert [c["p_holm"] for c in comps] == runner.holm([c["p_value"] for c in comps])
+      assert [c["p_holm"] for c in comps] == stats.holm([c["p_value"] for c in comps])
     for r in doc["rows"]:
       assert r["aggregate"][lb.TEST_METRIC]["mean"] == np.mean(r["per_seed"][lb.TEST_METRIC])
     (c,) = doc["comparisons"]["best_baseline_vs_e1"]
     seed001 = [r for r in doc["rows"] if r["label"] not in ("ce_no_warmup", "ce", "e1", "e2", "e3")]
     assert len(seed001) == len(lb.GRID) - 4
     best = max(seed001, key=lambda r: np.mean(r["per_seed"][lb.TEST_METRIC]))
-    got = runner.compare(best["per_seed"][lb.TEST_METRIC], rows["e1"]["per_seed"][lb.TEST_METRIC])
+    got = stats.compare(best["per_seed"][lb.TEST_METRIC], rows["e1"]["per_seed"][lb.TEST_METRIC])
     assert (c["a"], c["b"]) == (best["label"], "e1") and {k: c[k] for k in got} == got
 
 
@@ -179,7 +178,7 @@ def test_cross_machine_matches_a_field_one_row_lacks_only_at_its_old_default():
   `train.attention_blocks`, which today's workdirs record) matches a row that lacks it only at
   the value every run had before it existed; today's config itself has every DEFAULTS field
   at that value, so a rerun of an old config still finds its committed rows."""
-  from el_jax import config as config_lib
+  from el_jax.run import config as config_lib
   xm = _script("cross_machine")
   old = {"task": "copy", "loss.name": "ce", "optim.lr": 1e-3, "train.num_steps": 10,
          "data.n": 1, "model.d": 2}

@@ -9,9 +9,9 @@ from flax import nnx
 from jax.extend import core as jex_core
 from jax.flatten_util import ravel_pytree
 
-from el_jax import flatness as fl
-from el_jax.flatness import _util as flat_util
-from el_jax.flatness import hvp_ops
+from el_jax.core import flatness as fl
+from el_jax.core.flatness import _util as flat_util
+from el_jax.core.flatness import hvp_ops
 
 
 def mlp_logits(p, x):
@@ -90,7 +90,7 @@ def test_hvp_symmetric():
 
 
 def test_tiny_decoder_float64():
-  from el_jax.models import decoder
+  from el_jax.core.models import decoder
   cfg = decoder.DecoderConfig(vocab_size=5, num_layers=1, num_heads=2, embed_dim=4, mlp_dim=4,
                               max_len=4, position="learned", parallel_residual=False,
                               tie_embeddings=True)
@@ -196,7 +196,7 @@ def test_fast_hutchinson_equals_per_probe_hvps_float32():
   # over one primal forward) against one separate forward-over-reverse HVP per
   # probe, in float32 on a small copy-task-style decoder (gpt_neox: rotary,
   # parallel residual, untied) with a masked mean CE.
-  from el_jax.models import decoder
+  from el_jax.core.models import decoder
   cfg = decoder.preset("gpt_neox", vocab_size=7, num_layers=1, num_heads=2, embed_dim=8,
                        mlp_dim=8, max_len=6)
   graphdef, params = decoder.init(cfg, 0)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from jax.flatten_util import ravel_pytree
 
-from el_jax import flatness as fl
+from el_jax.core import flatness as fl
 
 B, T, D, H, V = 4, 3, 3, 5, 4
 

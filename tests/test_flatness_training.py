@@ -7,7 +7,7 @@ import ml_collections
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from el_jax import flatness as fl
+from el_jax.core import flatness as fl
 
 
 def seq_logits(p, b):

@@ -1,15 +1,16 @@
-"""el_jax.grid: declared runs, run or reused, one row schema, comparisons with Holm, JSON."""
+"""el_jax.run.grid: declared runs, run or reused, one row schema, comparisons with Holm, JSON."""
 import json
 import os
 
 import numpy as np
 import pytest
 
-from el_jax import grid as grid_lib
-from el_jax import job
-from el_jax import plots
-from el_jax import runner
-from el_jax import stats
+from el_jax.run import grid as grid_lib
+from el_jax.run import job
+from el_jax.infra import plots
+from el_jax.report import plots as report_plots
+from el_jax.run import runner
+from el_jax.report import stats
 
 
 def _grid(tmp_path, **kw):
@@ -142,10 +143,10 @@ def test_sweep_runs_are_the_config_files_sweep():
 def test_the_two_shared_figures(ran, tmp_path):
   tmp, _, rows, _ = ran
   bars = tmp_path / "bars.png"
-  plots.bars_with_seeds(rows, ["test_cl_all", "test_cl_easy"], str(bars),
+  report_plots.bars_with_seeds(rows, ["test_cl_all", "test_cl_easy"], str(bars),
                         paper={("ce", "test_cl_all"): 0.3}, chance=1 / 26)
   curve = tmp_path / "curve.png"
-  from el_jax import metrics as metrics_lib
+  from el_jax.infra import metrics as metrics_lib
   plots.metric_over_steps({r["label"]: metrics_lib.read_rows(r["workdir"]) for r in rows},
                           "loss", str(curve), kind="train")
   for p in (bars, curve):

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from el_jax.models import decoder
-from el_jax.models import growth
+from el_jax.core.models import decoder
+from el_jax.core.models import growth
 
 
 @functools.partial(jax.jit, static_argnums=0)

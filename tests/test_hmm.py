@@ -9,7 +9,7 @@ import pytest
 import scipy.special
 import scipy.stats
 
-from el_jax.data import hmm as hmm_lib
+from el_jax.core.data import hmm as hmm_lib
 
 
 def _random_hmm(k, v, seed, sparse=False):
@@ -143,7 +143,7 @@ def test_bad_token_ids():
 
 
 def _run_cli(*args):
-  return subprocess.run([sys.executable, "-m", "el_jax.data.hmm", *args],
+  return subprocess.run([sys.executable, "-m", "el_jax.core.data.hmm", *args],
                         capture_output=True, text=True, timeout=120)
 
 

@@ -6,8 +6,8 @@ import types
 import numpy as np
 import pytest
 
-from el_jax import train
-from el_jax.tasks import base
+from el_jax.run import train
+from el_jax.core.tasks import base
 
 
 def test_epoch_permutation_is_built_once_per_epoch():

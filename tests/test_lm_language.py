@@ -1,4 +1,4 @@
-"""The LM-sampled language of seed 002 (el_jax.data.lm_language): exact masked conditionals and
+"""The LM-sampled language of seed 002 (el_jax.core.data.lm_language): exact masked conditionals and
 the MLM optimum against a brute-force float64 NumPy GPT-2 over every sentence, the top-K
 ranking against the exact token frequencies, the sampler against the exact marginals, its
 key / value cache against the decoder, configs/lm_mlm.py:test through the runner, the GLUE loader,
@@ -16,13 +16,15 @@ import numpy as np
 import pytest
 
 import reliability  # tests/reliability.py
-from el_jax import runner
-from el_jax import train
-from el_jax.data import gpt2_bpe
-from el_jax.data import lm_language
-from el_jax.models import decoder
-from el_jax.models import pretrained
-from el_jax.tasks import mlm
+from el_jax.run import runner
+from el_jax.run import train
+from el_jax.core.data import gpt2_bpe
+from el_jax.core.data import lm_language
+from el_jax.core.models import decoder
+from el_jax.core.models import pretrained
+from el_jax.core.tasks import mlm
+from el_jax.run import config as config_lib
+from el_jax.run import setup as setup_lib
 from test_pretrained import _hf_config, _hf_tensors, _np_gpt2, _write
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -32,7 +34,7 @@ BOS = VOCAB - 1  # data.bos_id = -1: the last id
 
 
 def _data_config(generator, cache_dir="", **overrides):
-  c = runner.get_config("lm_mlm", "test", {"data.generator": str(generator), **overrides})
+  c = config_lib.get_config("lm_mlm", "test", {"data.generator": str(generator), **overrides})
   c.data.cache_dir = str(cache_dir)
   return c
 
@@ -184,7 +186,7 @@ def test_kv_cache_sampler_gives_the_decoders_distributions(preset):
 
 
 def test_lm_mlm_test_config_trains_and_reports_the_gap(tmp_path):
-  c = runner.get_config("lm_mlm", "test", {"num_devices": 1})  # not the 8 test devices: faster
+  c = config_lib.get_config("lm_mlm", "test", {"num_devices": 1})  # not the 8 test devices: faster
   c.data.cache_dir = str(tmp_path / "cache")
   summary = runner.run_or_reuse(c, str(tmp_path / "run"))
   rows = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
@@ -207,12 +209,12 @@ def test_lm_mlm_test_config_trains_and_reports_the_gap(tmp_path):
 
 
 def test_every_variant_loads_and_the_planned_ones_validate():
-  module = runner.load_config_module("lm_mlm")
+  module = config_lib.load_config_module("lm_mlm")
   for variant in module.VARIANTS:
-    c = runner.get_config("lm_mlm", variant)
+    c = config_lib.get_config("lm_mlm", variant)
     assert c.task == "mlm" and c.data.language == "lm" and c.data.length == c.data.max_len_tokens
-  train.validate_config(runner.get_config("lm_mlm", "test"))
-  train.validate_config(runner.get_config("lm_mlm", "paper"))  # generator "" is given at run time
+  setup_lib.validate_config(config_lib.get_config("lm_mlm", "test"))
+  setup_lib.validate_config(config_lib.get_config("lm_mlm", "paper"))  # generator "" is given at run time
   with open(os.path.join(ROOT, "configs", "lm_mlm.py")) as f:
     lines = [ln for ln in f.read().splitlines() if re.match(r"^  c\.[\w.]+ = ", ln)]
   assert lines and all("  # " in ln for ln in lines)
@@ -237,9 +239,9 @@ BAD = {
 @pytest.mark.parametrize("case", sorted(BAD))
 def test_bad_inputs_are_one_line_errors(case):
   overrides, pattern = BAD[case]
-  c = runner.get_config("lm_mlm", "test", overrides)
+  c = config_lib.get_config("lm_mlm", "test", overrides)
   with pytest.raises(ValueError) as e:
-    train.validate_config(c)
+    setup_lib.validate_config(c)
   assert "\n" not in str(e.value) and re.search(pattern, str(e.value)), str(e.value)
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import optax
 import pytest
 
-from el_jax import losses
+from el_jax.core import losses
 
 VOCABS = (2, 5, 26)
 E_LOSSES = ("ce", "e1", "e2", "e3")  # the baselines: tests/test_losses_baselines.py

@@ -16,12 +16,12 @@ import numpy as np
 import optax
 import pytest
 
-from el_jax import losses
-from el_jax.models import decoder
-from el_jax import optim
-from el_jax import runner
-from el_jax import step as step_lib
-from el_jax import train
+from el_jax.core import losses
+from el_jax.core.models import decoder
+from el_jax.core import optim
+from el_jax.core import step as step_lib
+from el_jax.run import config as config_lib
+from el_jax.run import setup as setup_lib
 
 BASELINES = ("label_smoothing", "z_loss", "spherical_z", "focal", "dice", "gce",
              "spectral_decoupling")
@@ -273,7 +273,7 @@ def test_unknown_name_lists_every_loss():
 
 def test_from_config_passes_only_own_hyperparameters():
   f, k = _data(26, seed=9)
-  base = runner.get_config("copy_task", "test").loss
+  base = config_lib.get_config("copy_task", "test").loss
   for name in BASELINES:
     cfg = base.copy_and_resolve_references()
     cfg.name = name
@@ -418,9 +418,9 @@ def test_train_step_objective_is_the_reduction(monkeypatch):
 
 def test_trainer_passes_the_configs_reduction():
   for reduction, passed in (("mean", False), ("reweight", True)):
-    setup = train.Setup(runner.get_config("copy_task", "test", {
+    setup = setup_lib.Setup(config_lib.get_config("copy_task", "test", {
         "loss.reduction": reduction, "num_devices": 1}))
-    keywords = train.Trainer(setup).step.__wrapped__.keywords
+    keywords = setup_lib.Trainer(setup).step.__wrapped__.keywords
     assert ("reduce_fn" in keywords) == passed, reduction
     if passed:
       assert keywords["reduce_fn"] is setup.reduce_fn
@@ -446,7 +446,7 @@ def _np_wsd(t, lr, warmup, num_steps, decay_frac, final_frac):
     (3, 20, 0.25, 0.1), (0, 20, 0.25, 0.0), (4, 17, 0.3, 0.2), (2, 10, 1.0, 0.0),
     (8, 10, 0.5, 0.1), (0, 1, 0.1, 0.5), (5, 40, 0.01, 0.0)])
 def test_wsd_schedule_against_numpy(warmup, num_steps, decay_frac, final):
-  cfg = runner.get_config("copy_task", "test").optim
+  cfg = config_lib.get_config("copy_task", "test").optim
   cfg.update(dict(lr=0.5, warmup_steps=warmup, decay="wsd", decay_frac=decay_frac,
                   final_lr_frac=final))
   schedule = optim.make_schedule(cfg, num_steps)
@@ -456,7 +456,7 @@ def test_wsd_schedule_against_numpy(warmup, num_steps, decay_frac, final):
 
 
 def test_wsd_with_full_decay_is_the_linear_schedule():
-  cfg = runner.get_config("copy_task", "test").optim
+  cfg = config_lib.get_config("copy_task", "test").optim
   cfg.update(dict(lr=1.0, warmup_steps=3, final_lr_frac=0.1, decay_frac=1.0))
   wsd = optim.make_schedule(dict_update(cfg, decay="wsd"), 15)
   lin = optim.make_schedule(dict_update(cfg, decay="linear"), 15)
@@ -472,7 +472,7 @@ def dict_update(cfg, **kw):
 
 @pytest.mark.parametrize("value", [0.0, -0.1, 1.5, float("nan")])
 def test_bad_decay_frac(value):
-  cfg = runner.get_config("copy_task", "test").optim
+  cfg = config_lib.get_config("copy_task", "test").optim
   cfg.decay_frac = value
   with pytest.raises(ValueError, match=r"optim.decay_frac=.* must be in \(0, 1\]"):
     optim.validate_config(cfg)
@@ -482,7 +482,7 @@ def test_bad_decay_frac(value):
 
 
 def test_unknown_decay_lists_wsd():
-  cfg = runner.get_config("copy_task", "test").optim
+  cfg = config_lib.get_config("copy_task", "test").optim
   cfg.decay = "step"
   with pytest.raises(ValueError, match="'wsd'"):
     optim.validate_config(cfg)
@@ -509,7 +509,7 @@ def _variants(name):
 @pytest.mark.parametrize("name", CONFIGS)
 def test_configs_carry_and_validate_every_loss(name):
   for variant in _variants(name):
-    config = runner.get_config(name, variant)
+    config = config_lib.get_config(name, variant)
     assert LOSS_BLOCKS | {"name", "reduction"} <= set(config.loss), (name, variant)
     assert "decay_frac" in config.optim, (name, variant)
     losses.validate_config(config.loss)

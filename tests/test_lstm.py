@@ -1,4 +1,4 @@
-"""The bidirectional LSTM of seed 002's HMM experiments (el_jax.models.lstm, preset "bilstm"):
+"""The bidirectional LSTM of seed 002's HMM experiments (el_jax.core.models.lstm, preset "bilstm"):
 its forward pass against an independent NumPy LSTM, padding, both sides, mixed precision and the
 probe tools at its width (its end-to-end MLM training and its neighbour lookup: tests/test_mlm.py)."""
 import jax
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from el_jax.models import decoder
+from el_jax.core.models import decoder
 
 
 def _sigmoid(x):
@@ -108,7 +108,7 @@ def test_bilstm_config_errors():
 
 
 def test_growth_refuses_the_bilstm():
-  from el_jax.models import growth
+  from el_jax.core.models import growth
   cfg = decoder.preset("bilstm", vocab_size=5, num_layers=1, embed_dim=4, max_len=3)
   _, params = decoder.init(cfg, 0)
   with pytest.raises(ValueError, match="arch='bilstm'"):
@@ -130,7 +130,7 @@ def test_bilstm_mixed_precision_is_close_to_float32():
 
 def test_probe_tools_read_the_bilstms_2h_features():
   """encode and fine_tune take their width from the model (2H here, not embed_dim)."""
-  from el_jax import probe
+  from el_jax.core import probe
   cfg = decoder.preset("bilstm", vocab_size=6, num_layers=1, embed_dim=4, max_len=5,
                        doc_mask=True)
   graphdef, params = decoder.init(cfg, 0)

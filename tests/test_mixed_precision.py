@@ -13,9 +13,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from el_jax import config as config_lib
-from el_jax import train
-from el_jax.models import decoder
+from el_jax.run import config as config_lib
+from el_jax.core.models import decoder
+from el_jax.run import setup as setup_lib
 
 LOGITS_RTOL = 2e-2   # ||bf16 - fp32|| / ||fp32|| of the logits (measured 2.9e-3 .. 3.2e-3)
 METRIC_RTOL = 2e-2   # first-step loss, grad norm and param norm (measured <= 2.5e-3)
@@ -64,8 +64,8 @@ def test_train_step_in_bf16_keeps_float32_state_and_tracks_float32():
   out = {}
   for dtype in ("float32", "bfloat16"):
     cfg = config_lib.get_config("copy_task", "test", {"model.dtype": dtype, "num_devices": 1})
-    setup = train.Setup(cfg)
-    trainer = train.Trainer(setup)
+    setup = setup_lib.Setup(cfg)
+    trainer = setup_lib.Trainer(setup)
     state = trainer.init(0)
     batch = trainer.put_batch(setup.batch(0, 0))
     if dtype == "bfloat16":

@@ -11,20 +11,20 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from el_jax.data import hmm as hmm_lib
-from el_jax.data import mlm_data
-from el_jax.data import pcfg as pcfg_lib
-from el_jax import job
-from el_jax.models import decoder
-from el_jax import runner
-from el_jax.tasks import mlm
-from el_jax import train
+from el_jax.core.data import hmm as hmm_lib
+from el_jax.core.data import mlm_data
+from el_jax.core.data import pcfg as pcfg_lib
+from el_jax.run import job
+from el_jax.core.models import decoder
+from el_jax.core.tasks import mlm
+from el_jax.run import config as config_lib
+from el_jax.run import setup as setup_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _config(name="pcfg_mlm", cache_dir=None, **overrides):
-  c = runner.get_config(name, "test", overrides)
+  c = config_lib.get_config(name, "test", overrides)
   c.data.cache_dir = str(cache_dir)
   return c
 
@@ -36,7 +36,7 @@ def cache(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def pcfg_setup(cache):
-  return train.Setup(_config(cache_dir=cache))
+  return setup_lib.Setup(_config(cache_dir=cache))
 
 
 # ----------------------------------------------------------------------------
@@ -110,7 +110,7 @@ def test_padding_is_never_attended(monkeypatch):
 
 @pytest.mark.parametrize("preset", ["encoder", "bilstm"])
 def test_encoder_learns_to_read_the_masked_tokens_neighbour(preset):
-  """Each bidirectional preset (the transformer encoder; the LSTM of el_jax.models.lstm) can
+  """Each bidirectional preset (the transformer encoder; the LSTM of el_jax.core.models.lstm) can
   learn a position-relative lookup: target = the word left of the
   one masked position (uniform random words, so nothing else predicts it; chance ln 50 = 3.9
   nats). Trained with AdamW as the MLM task trains it, it gets there in a few hundred steps
@@ -139,7 +139,7 @@ def test_encoder_learns_to_read_the_masked_tokens_neighbour(preset):
     return -jnp.take_along_axis(jax.nn.log_softmax(logits), target[:, None], 1).mean()
 
   # Hundreds of steps: LLVM's optimisation back on for this program (the suite compiles with
-  # it off, tests/conftest.py, which makes these steps 2-3x slower than the compile it saves).
+  # it off, conftest.py, which makes these steps 2-3x slower than the compile it saves).
   @functools.partial(jax.jit, compiler_options={"xla_backend_optimization_level": 2})
   def step(p, s, tok, pos, target):
     value, grad = jax.value_and_grad(loss)(p, tok, pos, target)
@@ -212,7 +212,7 @@ def test_masking_bert_rates(pcfg_setup):
 
 
 def test_task_batch_with_bert_masking(cache):
-  task = train.Setup(_config(cache_dir=cache, **{"data.masking": "bert"})).task
+  task = setup_lib.Setup(_config(cache_dir=cache, **{"data.masking": "bert"})).task
   b = task.batch(2, 5)
   chosen = b["loss_mask"] > 0
   assert np.all(chosen.sum(1) >= 1) and np.all(b["segment_ids"][chosen] == 1)
@@ -225,7 +225,7 @@ def test_task_batch_with_bert_masking(cache):
 
 
 def test_evaluation_kl_matches_numpy(pcfg_setup):
-  trainer = train.Trainer(pcfg_setup)
+  trainer = setup_lib.Trainer(pcfg_setup)
   params = trainer.init(0)["params"]
   task = pcfg_setup.task
   split = task.corpus.valid
@@ -351,11 +351,11 @@ def test_train_and_evaluate_lowers_the_gap(name, preset, cache, tmp_path):
 
 @pytest.mark.parametrize("name", ["pcfg_mlm", "hmm_mlm"])
 def test_every_variant_loads_and_validates(name):
-  module = runner.load_config_module(name)
+  module = config_lib.load_config_module(name)
   for variant in module.VARIANTS:
-    c = runner.get_config(name, variant)
+    c = config_lib.get_config(name, variant)
     assert c.task == "mlm" and c.model.preset == "encoder" and c.model.doc_mask
-    train.validate_config(c)  # builds nothing
+    setup_lib.validate_config(c)  # builds nothing
   # Every field has its one-line comment (as tests/test_cli.py checks for the older configs).
   with open(os.path.join(ROOT, "configs", f"{name}.py")) as f:
     lines = [ln for ln in f.read().splitlines() if re.match(r"^  c\.[\w.]+ = ", ln)]
@@ -377,19 +377,19 @@ MLM_CONFIG_ERRORS = {
 def test_config_errors_name_the_field(case, tmp_path):
   overrides, fragments = MLM_CONFIG_ERRORS[case]
   with pytest.raises(ValueError) as e:
-    train.validate_config(_config(cache_dir=tmp_path, **overrides))
+    setup_lib.validate_config(_config(cache_dir=tmp_path, **overrides))
   for frag in fragments:
     assert frag in str(e.value), str(e.value)
   with pytest.raises(ValueError, match=r"data.length=17 .* <= data.max_len_tokens=16"):
-    train.validate_config(_config("hmm_mlm", tmp_path, **{"data.length": 17}))
+    setup_lib.validate_config(_config("hmm_mlm", tmp_path, **{"data.length": 17}))
 
 
 def test_hmm_concentrations_default_to_the_uniform_draw_everywhere():
   """data.trans_concentration / emit_concentration = 0 (issue 34) is the draw every run before
   them used: same language, same corpus cache key, and configs written without the fields
   compare equal (inert); a nonzero value is a different HMM, key and config."""
-  from el_jax import config as config_lib
-  new = runner.get_config("hmm_mlm", "cpu")
+  from el_jax.run import config as config_lib
+  new = config_lib.get_config("hmm_mlm", "cpu")
   assert new.data.trans_concentration == new.data.emit_concentration == 0.0
   flat = config_lib.flatten(config_lib.config_dict(new))
   old = {k: v for k, v in flat.items() if "concentration" not in k}
@@ -401,12 +401,12 @@ def test_hmm_concentrations_default_to_the_uniform_draw_everywhere():
   lang = mlm_data.language(new.data)
   np.testing.assert_array_equal(lang.trans, hmm_lib.HMM.random_block_diagonal(
       100, 200, 5, seed=0).trans)
-  ctx = runner.get_config("hmm_mlm", "cpu", {"data.trans_concentration": 0.1})
+  ctx = config_lib.get_config("hmm_mlm", "cpu", {"data.trans_concentration": 0.1})
   assert config_lib.config_diff(flat, config_lib.flatten(config_lib.config_dict(ctx))) == \
       ["data.trans_concentration"]
   assert mlm_data.cache_key(ctx.data)["trans_concentration"] == 0.1
   with pytest.raises(ValueError, match="data.emit_concentration=-1.0 must be a number >= 0"):
-    mlm_data.check_data_config(runner.get_config(
+    mlm_data.check_data_config(config_lib.get_config(
         "hmm_mlm", "cpu", {"data.emit_concentration": -1.0}).data)
 
 
@@ -414,10 +414,10 @@ def test_init_std_reaches_the_model_and_the_default_is_inert():
   """`model.init_std` (issue 34: the sharp HMM's block plateau) sets the std of the encoder's
   normal initialisations; 0.02 (every committed run's) is inert against configs written before
   the field, any other value is a different run."""
-  from el_jax import config as config_lib
+  from el_jax.run import config as config_lib
   for std in (0.02, 0.1):
-    c = runner.get_config("hmm_mlm", "test", {"model.init_std": std})
-    train.validate_config(c)
+    c = config_lib.get_config("hmm_mlm", "test", {"model.init_std": std})
+    setup_lib.validate_config(c)
     cfg = decoder.config_from(c.model, 40, 16)
     assert cfg.init_std == std
     _, params = decoder.init(cfg, 0)
@@ -425,7 +425,7 @@ def test_init_std_reaches_the_model_and_the_default_is_inert():
       w = np.asarray(w, np.float64).ravel()
       # the sample std of n normals has standard error std / sqrt(2n)
       assert abs(w.std() - std) < 5 * std / np.sqrt(2 * w.size), (std, w.std(), w.size)
-  new = config_lib.flatten(config_lib.config_dict(runner.get_config("hmm_mlm", "cpu")))
+  new = config_lib.flatten(config_lib.config_dict(config_lib.get_config("hmm_mlm", "cpu")))
   old = {k: v for k, v in new.items() if k != "model.init_std"}
   assert not config_lib.config_diff(old, new)
   other = dict(new, **{"model.init_std": 0.1})

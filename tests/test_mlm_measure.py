@@ -1,4 +1,4 @@
-"""el_jax.mlm_measure: the checkpoint measurements shared by experiments/mlm_flatness.py and
+"""el_jax.run.mlm_measure: the checkpoint measurements shared by experiments/mlm_flatness.py and
 experiments/adversarial_pretraining.py (their numbers are the scripts' own: the code moved
 unchanged; this checks its inputs and its errors)."""
 import argparse
@@ -7,8 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from el_jax import mlm_measure
-from el_jax import runner
+from el_jax.run import mlm_measure
+from el_jax.run import runner
+from el_jax.run import config as config_lib
 
 SMALL = dict(tasks="C", probe_train=16, probe_valid=8, probe_test=8, probe_epochs=1)
 
@@ -28,7 +29,7 @@ def test_settings_from_args_takes_its_fields_and_needs_them_all():
 
 
 def test_flat_batches_are_disjoint_groups_of_valid_sentences_at_their_fixed_masks():
-  cfg = runner.get_config("pcfg_mlm", "test", {"seeds": (0,)})
+  cfg = config_lib.get_config("pcfg_mlm", "test", {"seeds": (0,)})
   m = mlm_measure.Measurer(cfg, mlm_measure.Settings(**SMALL, flat_inputs=4, flat_reps=2), "pcfg")
   v, mask_id = m.task.corpus.valid, m.task.corpus.mask_id
   assert len(m.flat_batches) == 2
@@ -64,9 +65,9 @@ def test_sanity_rows_and_two_pretrained_models_give_different_per_seed_results(t
   1) give different per-seed probe results, and each differs from its random init; the sanity
   rows are the downstream module's numbers on the same splits; the probe's choice of
   normalisation and learning rate is recorded with the feature rank (issue 34)."""
-  from el_jax.data import downstream
+  from el_jax.core.data import downstream
   monkeypatch.setenv("EL_JAX_CACHE", str(tmp_path / "cache"))
-  cfg = runner.get_config("hmm_mlm", "test", {"seeds": (0, 1), "data.trans_concentration": 0.1,
+  cfg = config_lib.get_config("hmm_mlm", "test", {"seeds": (0, 1), "data.trans_concentration": 0.1,
                                               "data.emit_concentration": 0.3})
   cfg.progress = False
   wd = str(tmp_path / "run")
@@ -102,10 +103,10 @@ def test_the_probe_sees_a_model_that_learned_the_hidden_states(tmp_path, monkeyp
   300 steps on a sharp HMM (Dirichlet(0.1) rows: the context pays, task-6 Bayes ~0.95 against
   ~0.42 for the block alone) probes above its own random init in each of two model seeds, by
   more than 3 points on 1000 test sentences (measured on one device: 0.729 / 0.746 against
-  0.683 / 0.666; on the suite's 8 devices, before tests/conftest.py narrowed it, 0.73 / 0.75
+  0.683 / 0.666; on the suite's 8 devices, before conftest.py narrowed it, 0.73 / 0.75
   against 0.66 / 0.65)."""
   monkeypatch.setenv("EL_JAX_CACHE", str(tmp_path / "cache"))
-  cfg = runner.get_config("hmm_mlm", "test", {
+  cfg = config_lib.get_config("hmm_mlm", "test", {
       "seeds": (0, 1), "model.preset": "bilstm", "train.num_steps": 300,
       "data.trans_concentration": 0.1, "data.emit_concentration": 0.1})
   cfg.progress = False
@@ -124,10 +125,10 @@ def test_probe_cache_returns_the_stored_result_for_the_same_inputs_only(tmp_path
   """--probe_cache: a second Measurer with the same inputs reads the result the first one
   computed (no probe trained); another model's features (another init) are a miss; a damaged
   cache file is an error that names it."""
-  from el_jax import probe
-  from el_jax import workdir as wd
+  from el_jax.core import probe
+  from el_jax.infra import workdir as wd
   monkeypatch.setenv("EL_JAX_CACHE", str(tmp_path / "xla"))
-  cfg = runner.get_config("pcfg_mlm", "test", {"seeds": (0,)})
+  cfg = config_lib.get_config("pcfg_mlm", "test", {"seeds": (0,)})
   small = dict(SMALL, flat_inputs=4, flat_reps=2, probe_cache=str(tmp_path / "probes"))
   settings = mlm_measure.Settings(**small)
   calls = []
@@ -157,9 +158,9 @@ def test_pcfg_sanity_rows_hold_the_words_alone(tmp_path, monkeypatch):
   """PCFG tasks get a "words" sanity row: the same probe on the one-hot words
   (`downstream.word_features`, T x V features), what a random init keeps by keeping the words
   (issue 34); HMM tasks have the block rows instead."""
-  from el_jax.data import downstream
+  from el_jax.core.data import downstream
   monkeypatch.setenv("EL_JAX_CACHE", str(tmp_path / "cache"))
-  cfg = runner.get_config("pcfg_mlm", "test", {"seeds": (0,)})
+  cfg = config_lib.get_config("pcfg_mlm", "test", {"seeds": (0,)})
   m = mlm_measure.Measurer(cfg, mlm_measure.Settings(**SMALL, flat_inputs=4, flat_reps=2),
                            "pcfg")
   row = m.sanity((0,))["C"]

@@ -1,4 +1,4 @@
-"""Multi-process training (el_jax.distributed, el_jax.launch): the copy-task `test` config
+"""Multi-process training (el_jax.infra.distributed, el_jax.run.launch): the copy-task `test` config
 trained by 2 processes (1 CPU device each, gloo collectives) gives what 1 process gives.
 
 The two runs are subprocesses started together (module fixture). Both get the suite's
@@ -17,9 +17,9 @@ import time
 import numpy as np
 import pytest
 
-from el_jax import checkpoint
-from el_jax import distributed
-from el_jax import launch
+from el_jax.infra import checkpoint
+from el_jax.infra import distributed
+from el_jax.run import launch
 import reliability as rel
 import shared_fixtures  # tests/shared_fixtures.py
 
@@ -52,14 +52,14 @@ def _finish(proc, timeout=300):
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
   """{"one": (workdir, proc), "two": (workdir, proc)}: 1 process on 1 device, and 2
-  processes on 1 device each through el_jax.launch, started together (once per session)."""
+  processes on 1 device each through el_jax.run.launch, started together (once per session)."""
   return shared_fixtures.once_per_session(tmp_path_factory, "multiprocess_runs", _run_both)
 
 
 def _run_both(base):
   one, two = base / "one", base / "two"
   p1 = _popen("el_jax.main", [COPY, f"--workdir={one}", *OVERRIDES], JAX_NUM_CPU_DEVICES=1)
-  p2 = _popen("el_jax.launch", ["--num_processes=2", "--", COPY, f"--workdir={two}", *OVERRIDES])
+  p2 = _popen("el_jax.run.launch", ["--num_processes=2", "--", COPY, f"--workdir={two}", *OVERRIDES])
   r1, r2 = _finish(p1), _finish(p2)
   assert r1.returncode == 0, r1.stderr[-3000:]
   assert r2.returncode == 0, r2.stdout[-1000:] + r2.stderr[-3000:]
@@ -116,7 +116,6 @@ def test_checkpoints_saved_by_both_processes_hold_the_same_params(runs):
   `checkpoint.load_params_from` (train.init_from, restore_params) reads it in one process."""
   import jax
   import orbax.checkpoint as ocp
-  from el_jax import train
   for workdir, _ in runs.values():
     assert checkpoint.checkpoint_steps(str(workdir), 0) == [2, 4]
   mngr = ocp.CheckpointManager(str(runs["one"][0] / "seed_0" / "checkpoints"))
@@ -159,7 +158,7 @@ def test_a_refusal_by_process_0_stops_every_process(runs):
   workdir = runs["two"][0]
   before = rel.snapshot(workdir)
   t0 = time.time()
-  proc = _finish(_popen("el_jax.launch", ["--num_processes=2", "--", COPY, f"--workdir={workdir}",
+  proc = _finish(_popen("el_jax.run.launch", ["--num_processes=2", "--", COPY, f"--workdir={workdir}",
                                           *OVERRIDES, "--config.optim.lr=0.5"]), timeout=120)
   rel.assert_one_line_error(proc, r"was trained with a different config \(optim\.lr: 0\.003 -> "
                                   r"0\.5\)")
@@ -187,14 +186,14 @@ def test_launcher_needs_the_main_flags_after_dashes(capsys):
   assert e.value.code == 2
   assert capsys.readouterr().err == (
       f"error: --config is a flag of el_jax.main: put el_jax.main's flags after --, e.g. "
-      f"python -m el_jax.launch --num_processes=2 -- {COPY}\n")
+      f"python -m el_jax.run.launch --num_processes=2 -- {COPY}\n")
   with pytest.raises(SystemExit):
     launch.main(["launch", "--num_processes=2"])
   assert "give el_jax.main's flags after --" in capsys.readouterr().err
 
 
 def test_stopping_the_launcher_stops_its_processes(tmp_path):
-  proc = subprocess.Popen([sys.executable, "-m", "el_jax.launch", "--num_processes=2", "--", COPY,
+  proc = subprocess.Popen([sys.executable, "-m", "el_jax.run.launch", "--num_processes=2", "--", COPY,
                            f"--workdir={tmp_path / 'run'}"], cwd=rel.ROOT, env=rel.env(),
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
   children_file = f"/proc/{proc.pid}/task/{proc.pid}/children"
@@ -227,7 +226,7 @@ def test_a_failing_process_is_shown_and_the_others_stopped():
   """Process 1 fails, process 0 would wait forever (as in a collective): after the grace
   period process 0 is stopped, process 1's last lines are shown, its status is returned.
   (The launcher runs in a subprocess: forking from this process, where JAX runs, is unsafe.)"""
-  script = ("import sys; from el_jax import launch; launch.GRACE_S = 0.5; "
+  script = ("import sys; from el_jax.run import launch; launch.GRACE_S = 0.5; "
             f"raise SystemExit(launch.run(2, [], program=(sys.executable, '-c', {_FAKE!r})))")
   t0 = time.time()
   proc = subprocess.run([sys.executable, "-c", script], cwd=rel.ROOT, env=rel.env(),
@@ -272,7 +271,7 @@ def test_process_0_killed_by_a_signal_is_named(then):
   process 1 then waits (stopped after the grace period) or ends by itself. Before the fix
   the launcher printed no line (it took a failed process 0 to have printed its own error):
   exit status 137 and nothing said."""
-  script = ("import sys; from el_jax import launch; launch.GRACE_S = 0.5; raise SystemExit("
+  script = ("import sys; from el_jax.run import launch; launch.GRACE_S = 0.5; raise SystemExit("
             f"launch.run(2, [{then!r}], program=(sys.executable, '-c', {_FAKE_KILLED_0!r})))")
   proc = subprocess.run([sys.executable, "-c", script], cwd=rel.ROOT, env=rel.env(),
                         capture_output=True, text=True, timeout=60)

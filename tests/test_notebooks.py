@@ -104,7 +104,7 @@ def test_notebook_in_sync_with_py_and_stripped(path):
 def _execute(name, monkeypatch, env):
   """Runs colab/<name>.ipynb on its `test` variant with `env` set; returns (notebook, the
   code cells' outputs, their stream text). The kernel inherits the suite's compile settings
-  (tests/conftest.py), so runs that share programs (CE and E1: init, decoding) compile them
+  (conftest.py), so runs that share programs (CE and E1: init, decoding) compile them
   once; its runs draw their plots, which the notebooks show (the suite's EL_JAX_PLOTS is 0)."""
   monkeypatch.setenv("EL_JAX_NOTEBOOK_VARIANT", "test")
   rel.plots_on(monkeypatch)  # the suite's default is 0

@@ -1,4 +1,4 @@
-"""el_jax.ntp against independent NumPy/SciPy computations (dense constraint matrices, SLSQP)."""
+"""el_jax.core.ntp against independent NumPy/SciPy computations (dense constraint matrices, SLSQP)."""
 import itertools
 import json
 
@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 from scipy import optimize, special, stats
 
-from el_jax.ntp import data as data_lib
-from el_jax.ntp import dynamics
-from el_jax.ntp import geometry
+from el_jax.core.ntp import data as data_lib
+from el_jax.core.ntp import dynamics
+from el_jax.core.ntp import geometry
+from el_jax.run import config as config_lib
 
 
 # ----------------------------------------------------------------------------
@@ -252,9 +253,8 @@ def test_recorded_metrics_match_numpy():
 
 
 def test_gd_on_fig1_reaches_the_paper_limits():
-  from el_jax import runner
-  cfg = runner.get_config("ntp_linear", "fig1")
-  from el_jax.ntp import train as train_lib
+  cfg = config_lib.get_config("ntp_linear", "fig1")
+  from el_jax.run import ntp_train as train_lib
   prob = dynamics.targets(train_lib.build_data(cfg))
   _, h = dynamics.train(prob, "gd", lr=cfg.lr.gd, steps=cfg.steps, log_every=cfg.log_every)
   assert h["cos_mm"][-1] > 0.99
@@ -292,7 +292,7 @@ def test_from_sequences_counts():
 
 
 def test_text_instance_from_a_tiny_slice(tmp_path):
-  from el_jax.ntp import text
+  from el_jax.core.ntp import text
   p = tmp_path / "kjv.jsonl"
   verses = ["In the beginning God created the heaven and the earth.",
             "And the earth was without form, and void.",
@@ -327,8 +327,7 @@ def test_bad_input_names_the_problem(H, P, pi, msg):
 
 
 def test_configs_and_cli(tmp_path):
-  from el_jax import runner
-  ntp_linear = runner.load_config_module("ntp_linear")
+  ntp_linear = config_lib.load_config_module("ntp_linear")
   for v in ntp_linear.VARIANTS:
     assert ntp_linear.get_config(v).task == "ntp_linear"
   with pytest.raises(ValueError, match="fig1, appendix, text, test"):

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from scipy import optimize
 
-from el_jax.ntp import data as data_lib
-from el_jax.ntp import geometry
+from el_jax.core.ntp import data as data_lib
+from el_jax.core.ntp import geometry
 
 
 def dense_rows(H, S, pairs):

@@ -1,4 +1,4 @@
-"""el_jax.ntp refuses bad inputs, configs and workdirs with one clear ValueError, before work."""
+"""el_jax.core.ntp refuses bad inputs, configs and workdirs with one clear ValueError, before work."""
 import json
 import os
 import socket
@@ -8,18 +8,18 @@ import sys
 import numpy as np
 import pytest
 
-from el_jax import runner
-from el_jax import workdir as wd
-from el_jax.ntp import data as data_lib
-from el_jax.ntp import dynamics
-from el_jax.ntp import geometry
-from el_jax.ntp import train as ntp_train
+from el_jax.infra import workdir as wd
+from el_jax.core.ntp import data as data_lib
+from el_jax.core.ntp import dynamics
+from el_jax.core.ntp import geometry
+from el_jax.run import ntp_train
+from el_jax.run import config as config_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _config(**overrides):
-  return runner.get_config("ntp_linear", "test", overrides)
+  return config_lib.get_config("ntp_linear", "test", overrides)
 
 
 # A short run of the test variant (fig1 instance): one JIT compile each, ~seconds.
@@ -112,8 +112,8 @@ def test_fig1_sizes_are_those_of_the_fig1_instance_and_every_variant_is_valid():
   ds = data_lib.fig1_instance(0)
   assert (ds.m, ds.d, ds.V) == tuple(data_lib.FIG1_SIZES[k] for k in ("m", "d", "V"))
   assert set((ds.P > 0).sum(1)) == {data_lib.FIG1_SIZES["support_size"]}
-  for variant in runner.load_config_module("ntp_linear").VARIANTS:
-    names = ntp_train.validate_config(runner.get_config("ntp_linear", variant))
+  for variant in config_lib.load_config_module("ntp_linear").VARIANTS:
+    names = ntp_train.validate_config(config_lib.get_config("ntp_linear", variant))
     assert names and set(names) <= set(dynamics.OPTIMIZERS)
 
 

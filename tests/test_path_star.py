@@ -1,7 +1,7 @@
 """Path-star graphs: generator invariants and distribution, reference files, tokens, variants, accuracy.
 
-The reference files (shipped xz-compressed in el_jax/data/resources/path_star/, unpacked by
-`el_jax.data.path_star_test_file`) were written by the reference implementation, not by el_jax.
+The reference files (shipped xz-compressed in el_jax/core/data/resources/path_star/, unpacked by
+`el_jax.core.data.path_star_test_file`) were written by the reference implementation, not by el_jax.
 """
 import collections
 import os
@@ -12,8 +12,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from el_jax import data
-from el_jax.data import path_star as ps
+from el_jax.core import data
+from el_jax.core.data import path_star as ps
+from el_jax.run import config as config_lib
+from el_jax.run import setup as setup_lib
 
 REF_SETS = sorted(data.PATH_STAR_TEST_SETS)  # (degree, path_len, num_nodes) of the shipped files
 LINE_RE = re.compile(r"^\d+,\d+(\|\d+,\d+)*/\d+,\d+=\d+(,\d+)*$")
@@ -316,7 +318,7 @@ def jax_one_hot(x, v):
 
 @pytest.mark.parametrize("choose_right", [True, False, "half"])
 def test_greedy_decoding_with_oracle_model(monkeypatch, choose_right):
-  from el_jax.tasks import path_star as tps
+  from el_jax.core.tasks import path_star as tps
   spec = ps.GraphSpec(3, 4, 20)
   g = ps.generate_graphs(50, 3, 4, 20, seed=2)
   toks = ps.tokens(g, spec)
@@ -358,10 +360,9 @@ def test_greedy_paths_equal_plain_greedy_decoding_on_a_real_model(monkeypatch, v
   """Taking on-track rows from the teacher-forced pass changes nothing: the same tokens
   as decoding every pass, for a random decoder (off track at once) and for the same
   decoder with its first token forced right (rows on track, then diverging)."""
-  from el_jax import train
-  from el_jax.models import decoder
-  from el_jax.tasks import path_star as tps
-  setup = train.make_setup(_config(**{"data.degree": 3, "data.path_len": 5, "data.num_nodes": 20,
+  from el_jax.core.models import decoder
+  from el_jax.core.tasks import path_star as tps
+  setup = setup_lib.make_setup(_config(**{"data.degree": 3, "data.path_len": 5, "data.num_nodes": 20,
                                       "data.variant": variant}))
   st = setup.task
   graphdef, params = decoder.init(setup.model_cfg, 3)
@@ -392,13 +393,11 @@ def test_greedy_paths_equal_plain_greedy_decoding_on_a_real_model(monkeypatch, v
 
 
 def _config(**overrides):
-  from el_jax import runner
-  return runner.get_config("path_star", "test", overrides)
+  return config_lib.get_config("path_star", "test", overrides)
 
 
 def test_setup_batches_mark_the_decision_token():
-  from el_jax import train
-  st = train.make_setup(_config(**{"data.degree": 3, "data.path_len": 4, "data.num_nodes": 20})).task
+  st = setup_lib.make_setup(_config(**{"data.degree": 3, "data.path_len": 4, "data.num_nodes": 20})).task
   b = st.batch(0, 0)
   spec = st.spec
   assert b["inputs"].shape == (16, spec.seq_len - 1)
@@ -407,7 +406,7 @@ def test_setup_batches_mark_the_decision_token():
   np.testing.assert_array_equal(b["mask_rest"] + b["mask_decision"], b["loss_mask"])
   dec = spec.prefix_len - 1 + 1  # input position whose target is path[1]
   assert (b["mask_decision"][:, dec] == 1).all()
-  from el_jax.tasks import base
+  from el_jax.core.tasks import base
   idx = base.epoch_order(len(st.train), 0, 0)[:16]  # data_seed 0, model seed 0, epoch 0
   np.testing.assert_array_equal(b["targets"][:, dec], st.train.path[idx, 1])
   np.testing.assert_array_equal(b["targets"][:, spec.prefix_len - 1:], st.train.path[idx])
@@ -417,18 +416,16 @@ def test_setup_batches_mark_the_decision_token():
 
 @pytest.mark.all_devices  # the batch-split error names the 8 devices
 def test_config_errors_are_clear():
-  from el_jax import train
   with pytest.raises(ValueError, match=r"needs degree \* \(path_len - 1\) \+ 1 = 16"):
-    train.make_setup(_config(**{"data.degree": 5, "data.path_len": 4}))
+    setup_lib.make_setup(_config(**{"data.degree": 5, "data.path_len": 4}))
   with pytest.raises(ValueError, match=r"unknown path-star variant 'tf'; valid variants"):
-    train.make_setup(_config(**{"data.variant": "tf"}))
+    setup_lib.make_setup(_config(**{"data.variant": "tf"}))
   with pytest.raises(ValueError, match="does not exist"):
-    train.make_setup(_config(**{"data.test_file": "/nonexistent/deg_{degree}.txt"}))
+    setup_lib.make_setup(_config(**{"data.test_file": "/nonexistent/deg_{degree}.txt"}))
   with pytest.raises(ValueError, match="train.batch_size=12 cannot be split over 8 devices"):
-    train.make_setup(_config(**{"train.batch_size": 12}))
+    setup_lib.make_setup(_config(**{"train.batch_size": 12}))
   with pytest.raises(ValueError, match="unknown path_star variant 'gpu'"):
-    from el_jax import runner
-    runner.get_config("path_star", "gpu")
+    config_lib.get_config("path_star", "gpu")
 
 
 @pytest.mark.parametrize("variant", ps.VARIANTS)
@@ -458,10 +455,9 @@ def test_train_end_to_end_on_test_config(tmp_path, variant):
 
 @pytest.mark.parametrize("how", ["reference", "pattern"])
 def test_reference_test_file_through_config(how):
-  from el_jax import train
   ref_dir = os.path.dirname(data.path_star_test_file(5, 3, 50))
   tmpl = os.path.join(ref_dir, "deg_{degree}_path_{path_len}_nodes_{num_nodes}_test_20000.txt")
-  st = train.make_setup(_config(**{"data.num_nodes": 50, "data.degree": 5,
+  st = setup_lib.make_setup(_config(**{"data.num_nodes": 50, "data.degree": 5,
                                    "data.test_file": tmpl if how == "pattern" else "reference",
                                    "data.num_test": 100})).task
   assert len(st.test) == 100
@@ -472,8 +468,7 @@ def test_reference_test_file_through_config(how):
 
 
 def test_reference_test_file_not_shipped_is_a_clear_error():
-  from el_jax import train
   with pytest.raises(ValueError, match=r"no path-star test set is shipped for degree=3, "
                      r"path_len=3, num_nodes=50; shipped: \(degree=2, path_len=3, num_nodes=50\)"):
-    train.make_setup(_config(**{"data.num_nodes": 50, "data.degree": 3,
+    setup_lib.make_setup(_config(**{"data.num_nodes": 50, "data.degree": 3,
                                 "data.test_file": "reference"}))

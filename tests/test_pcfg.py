@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from el_jax.data import PCFG_GRAMMAR
-from el_jax.data import pcfg
+from el_jax.core.data import PCFG_GRAMMAR
+from el_jax.core.data import pcfg
 
-# The paper's grammar, shipped with el_jax (el_jax/data/resources/README.md): these tests
+# The paper's grammar, shipped with el_jax (el_jax/core/data/resources/README.md): these tests
 # check el_jax against it.
 GRAMMAR = PCFG_GRAMMAR
 
@@ -273,7 +273,7 @@ def test_bad_token_ids(small):
 
 
 def _run_cli(*args):
-  return subprocess.run([sys.executable, "-m", "el_jax.data.pcfg", *args],
+  return subprocess.run([sys.executable, "-m", "el_jax.core.data.pcfg", *args],
                         capture_output=True, text=True, timeout=120)
 
 

@@ -1,4 +1,4 @@
-"""el_jax.plan: every `paper` variant's train step compiles; the FLOP count, the
+"""el_jax.tools.plan: every `paper` variant's train step compiles; the FLOP count, the
 accelerator-hours and the batch shapes it reports are checked against independent counts;
 bad input is one line.
 
@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 
 import reliability as rel
-from el_jax import config as config_lib
-from el_jax import plan
-from el_jax import tasks
+from el_jax.run import config as config_lib
+from el_jax.tools import plan
+from el_jax.core import tasks
 
 PAPER = plan.paper_variants()
 # LLVM's optimisation off: the same HLO, so the same FLOPs and buffers, compiled faster
-# (el_jax.plan.compile_step; tests/reliability.py does the same for its subprocesses).
+# (el_jax.tools.plan.compile_step; tests/reliability.py does the same for its subprocesses).
 FAST = {"xla_backend_optimization_level": 0}
 
 
@@ -136,14 +136,14 @@ def test_abstract_batch_spec_is_what_the_built_task_gives(name):
      r"model\.embed_dim=16 is not divisible by model\.num_heads=3"),
 ], ids=["unknown_config", "batch_not_divisible", "bad_mfu", "bad_model"])
 def test_bad_input_is_one_line(args, pattern):
-  proc = rel.run(*args, module="el_jax.plan", timeout=120)
+  proc = rel.run(*args, module="el_jax.tools.plan", timeout=120)
   rel.assert_one_line_error(proc, pattern)
 
 
 def test_cli_prints_the_plan_and_writes_json(tmp_path):
   out = tmp_path / "plan.json"
   proc = rel.run("--config=configs/path_star.py:test", "--num_devices=4", f"--out={out}",
-                 module="el_jax.plan", timeout=120)
+                 module="el_jax.tools.plan", timeout=120)
   assert proc.returncode == 0, proc.stderr[-2000:]
   assert "on 4 device(s)" in proc.stdout and "TPU v5e" in proc.stdout
   import json
@@ -159,11 +159,11 @@ def test_cli_prints_the_plan_and_writes_json(tmp_path):
                  "train.batch_size": 128}),
 ])
 def test_memory_estimate_tracks_the_compiled_step(preset, sizes):
-  """el_jax.setup.estimate_memory (what a run is refused by) against XLA's memory analysis of
-  the same step (el_jax.plan): the activations estimated are within 25% of the compiled
+  """el_jax.run.setup.estimate_memory (what a run is refused by) against XLA's memory analysis of
+  the same step (el_jax.tools.plan): the activations estimated are within 25% of the compiled
   step's temporaries (measured: 1.04, 1.00, 0.92 for the three rows). The plan of a bilstm
   config compiles the bilstm (it built the transformer's graph and failed before)."""
-  from el_jax import setup as setup_lib
+  from el_jax.run import setup as setup_lib
   cfg = config_lib.get_config("hmm_mlm", "test", {"model.preset": preset, "num_devices": 1,
                                                   **sizes})
   p = plan.plan(cfg, num_devices=1, compiler_options=FAST)
@@ -181,7 +181,7 @@ def test_a_task_with_its_own_model_is_refused_in_one_line_when_too_big():
   the one-line refusal, not an AttributeError (it read model_cfg.arch)."""
   import jax
   import jax.numpy as jnp
-  from el_jax import setup as setup_lib
+  from el_jax.run import setup as setup_lib
   s = setup_lib.Setup(config_lib.get_config("dyck", "test"))
   big = {"params": jax.ShapeDtypeStruct((10**13,), jnp.float32), "opt_state": (), "step": 0}
   with pytest.raises(ValueError, match=r"^this run needs about [\d.]+ TB of memory \(estimate: "

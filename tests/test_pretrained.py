@@ -11,8 +11,8 @@ import pytest
 import safetensors.numpy
 from scipy import special
 
-from el_jax.models import decoder
-from el_jax.models import pretrained
+from el_jax.core.models import decoder
+from el_jax.core.models import pretrained
 
 D, L, H, V, P = 16, 2, 2, 50, 32
 

@@ -7,12 +7,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from el_jax import probe
-from el_jax.data import PCFG_GRAMMAR
-from el_jax.data import downstream
-from el_jax.data import hmm as hmm_lib
-from el_jax.data import pcfg
-from el_jax.models import decoder
+from el_jax.core import probe
+from el_jax.core.data import PCFG_GRAMMAR
+from el_jax.core.data import downstream
+from el_jax.core.data import hmm as hmm_lib
+from el_jax.core.data import pcfg
+from el_jax.core.models import decoder
 
 GRAMMAR = PCFG_GRAMMAR  # the paper's grammar, shipped with el_jax
 

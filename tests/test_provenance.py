@@ -1,4 +1,4 @@
-"""Where a result was computed (el_jax.provenance): recorded with every run, shown under every
+"""Where a result was computed (el_jax.infra.provenance): recorded with every run, shown under every
 results table, and a workdir of another platform is never resumed or reported as this one's."""
 import json
 import os
@@ -7,12 +7,13 @@ import shutil
 
 import pytest
 
-from el_jax import grid as grid_lib
-from el_jax import job
-from el_jax import provenance
+from el_jax.run import grid as grid_lib
+from el_jax.run import job
+from el_jax.infra import provenance
 from el_jax import report
-from el_jax import runner
-from el_jax import workdir as wd
+from el_jax.run import runner
+from el_jax.infra import workdir as wd
+from el_jax.run import config as config_lib
 
 GPU = {"platform": "gpu", "device_kind": "NVIDIA H200", "device_count": 1, "jax": "0.11.2",
        "matmul_precision": "default", "cpu": "Intel(R) Xeon(R) Processor", "cpu_flags": []}
@@ -20,7 +21,7 @@ GPU = {"platform": "gpu", "device_kind": "NVIDIA H200", "device_count": 1, "jax"
 
 def test_ran_on_describes_this_process():
   info = provenance.ran_on()
-  assert info["platform"] == "cpu" and info["device_count"] == 8  # tests/conftest.py
+  assert info["platform"] == "cpu" and info["device_count"] == 8  # conftest.py
   for key in ("device_kind", "process_count", "jax", "jaxlib", "flax", "optax",
               "matmul_precision", "cpu", "cpu_flags", "xla_flags"):
     assert key in info
@@ -50,7 +51,7 @@ def test_ran_on_describes_this_process():
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
-  cfg = runner.get_config("copy_task", "test", {"progress": False, "train.eval_every": 0,
+  cfg = config_lib.get_config("copy_task", "test", {"progress": False, "train.eval_every": 0,
                                                 "model.num_layers": 1})
   path = str(tmp_path_factory.mktemp("prov") / "run")
   summary = job.train_and_evaluate(cfg, path)

@@ -1,4 +1,4 @@
-"""el_jax.quiet: the stderr filter of failed checkpoint restores drops the reports of the
+"""el_jax.infra.quiet: the stderr filter of failed checkpoint restores drops the reports of the
 abandoned reads, whatever their format and timing, and passes everything else unchanged."""
 import asyncio
 import gc
@@ -10,7 +10,7 @@ import traceback
 
 import pytest
 
-from el_jax import quiet
+from el_jax.infra import quiet
 
 PATH = "/runs/x/seed_0/checkpoints/8"
 

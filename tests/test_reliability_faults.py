@@ -3,7 +3,7 @@
 Every case runs `python -m el_jax.main` on configs/copy_task.py:test as a
 user would and checks the exit status, the message, that there is no
 traceback, and that no file of the workdir was lost or corrupted. A kill -9 of
-one of `el_jax.launch`'s processes is named by the launcher.
+one of `el_jax.run.launch`'s processes is named by the launcher.
 """
 import json
 import os
@@ -53,7 +53,7 @@ def test_two_runs_on_one_workdir(tmp_path):
 
 _WRITER = r"""
 import sys
-from el_jax import workdir as wd
+from el_jax.infra import workdir as wd
 path = sys.argv[1]
 i = 0
 while True:
@@ -260,7 +260,7 @@ def test_full_disk_during_a_checkpoint_save_is_one_line_and_resumable(tmp_path):
 
 _READ_ONLY_LOCK = """
 import errno
-from el_jax import workdir as wd
+from el_jax.infra import workdir as wd
 def _acquire(self):
   raise OSError(errno.EROFS, "Read-only file system", self.path)
 wd.Lock._acquire = _acquire
@@ -306,7 +306,7 @@ def _children(pid):
 
 
 def _launched_process(launcher, index):
-  """The pid of el_jax.launch's process `index` (its EL_JAX_PROCESS_ID), or None."""
+  """The pid of el_jax.run.launch's process `index` (its EL_JAX_PROCESS_ID), or None."""
   for pid in _children(launcher.pid):
     try:
       with open(f"/proc/{pid}/environ", "rb") as f:
@@ -321,14 +321,14 @@ def _launched_process(launcher, index):
 
 
 def test_launch_names_process_0_killed_by_sigkill(tmp_path):
-  """`el_jax.launch` with 2 processes: kill -9 of process 0 once it has taken the workdir.
+  """`el_jax.run.launch` with 2 processes: kill -9 of process 0 once it has taken the workdir.
   The launcher's last line names process 0, its pid and SIGKILL, its exit status is 137, and
   no process is left. Before the fix the launcher exited 137 with no line at all (it assumed
   a failed process 0 had printed its own error, as process 0's output is passed through);
   the same kill of process 1 was already named."""
   workdir = tmp_path / "run"
   launcher = rel.start("--num_processes=2", "--", COPY, f"--workdir={workdir}",
-                       module="el_jax.launch")
+                       module="el_jax.run.launch")
   try:
     assert _wait_for(lambda: (workdir / "config.json").exists() or launcher.poll() is not None)
     pid = _launched_process(launcher, 0)
@@ -352,7 +352,7 @@ def test_a_failed_saves_partial_folder_is_removed_even_while_writes_trail(tmp_pa
   (re-creating `<step>.orbax-checkpoint-tmp`, as the full-disk run above did under load): the
   clean-up removes it until no write has come for a while, not once."""
   import threading
-  from el_jax import checkpoint
+  from el_jax.infra import checkpoint
   path = str(tmp_path / "8")
   tmp = tmp_path / "8.orbax-checkpoint-tmp"
   tmp.mkdir()

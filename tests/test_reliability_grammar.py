@@ -12,9 +12,9 @@ import time
 import pytest
 
 import reliability
-from el_jax.data import pcfg
+from el_jax.core.data import pcfg
 
-_RESOURCE = os.path.join(reliability.ROOT, "el_jax", "data", "resources", "pcfg",
+_RESOURCE = os.path.join(reliability.ROOT, "el_jax", "core", "data", "resources", "pcfg",
                          "rule_deep_mlm.txt")
 PAPER_GRAMMAR = (_RESOURCE if os.path.exists(_RESOURCE) else
                  os.path.join(os.path.dirname(reliability.ROOT), "shared", "data", "pcfg",
@@ -137,6 +137,6 @@ def test_cli_error_is_one_line(tmp_path, case):
   else:
     path = _write(tmp_path, "S A A 1.0\nA B B 1.0\nB b 1.0\n")
     args, pattern = [f"--grammar={path}", "--max_len=3"], r"shortest sentence .* has 4 words"
-  proc = reliability.run(*args, "--num=10", module="el_jax.data.pcfg", timeout=120)
+  proc = reliability.run(*args, "--num=10", module="el_jax.core.data.pcfg", timeout=120)
   reliability.assert_one_line_error(proc, pattern)
   assert proc.stderr.count("\n") == 1 and proc.stdout == ""

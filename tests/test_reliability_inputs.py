@@ -97,7 +97,7 @@ CONFIG_FILES = {
                         r"get_config\('test'\) raised ValueError: unknown copy_task variant "
                         r"'nope'"),
 }
-# Blocks every config of the generic loop needs (el_jax.setup.REQUIRED_BLOCKS, in part).
+# Blocks every config of the generic loop needs (el_jax.run.setup.REQUIRED_BLOCKS, in part).
 MISSING_BLOCKS = ("seeds", "train", "model", "data")
 
 
@@ -134,8 +134,8 @@ def test_config_file_problem_is_one_line_naming_the_file(case, tmp_path, capsys,
   rel.assert_one_line_error(proc, rf"could not load --config={re.escape(str(path))}:test: "
                                   rf"{pattern}")
   assert not (tmp_path / "run").exists()
-  # The same problem, one line naming the file, through el_jax.config.get_config.
-  from el_jax import config as config_lib
+  # The same problem, one line naming the file, through el_jax.run.config.get_config.
+  from el_jax.run import config as config_lib
   with pytest.raises(config_lib.ConfigFileError) as e:
     config_lib.get_config(str(path), "test")
   assert re.fullmatch(rf"could not load config {re.escape(str(path))}(:test)?: {pattern}.*",
@@ -173,7 +173,7 @@ def test_tilde_in_config_workdir_and_data_paths_is_expanded(tmp_path):
 
 
 def _path_star_lines(n):
-  from el_jax.data import path_star
+  from el_jax.core.data import path_star
   return path_star.generate_graphs(n, 2, 3, 12, seed=0).lines()  # the test config's G(2,3), 12 nodes
 
 
@@ -206,7 +206,7 @@ def test_help_prints_usage():
   for text in ("--config=<path.py>[:<variant>]", "--workdir", "--allow_config_change",
                "--verbose", "exit status 2"):
     assert text in proc.stdout, text
-  demo = rel.run("--help", module="el_jax.demo")
+  demo = rel.run("--help", module="el_jax.tools.demo")
   assert demo.returncode == 0 and "--variant" in demo.stdout and "--reuse_from" in demo.stdout
 
 
@@ -250,15 +250,15 @@ def test_unwritable_workdir_is_one_line(tmp_path):
 
 
 def test_other_entry_points_share_the_error_surface(tmp_path):
-  proc = rel.run("--seeds=x", f"--workdir={tmp_path}", module="el_jax.demo")
+  proc = rel.run("--seeds=x", f"--workdir={tmp_path}", module="el_jax.tools.demo")
   rel.assert_one_line_error(proc, r"--seeds=x must be integers")
-  proc = rel.run("--runs=nope", f"--workdir={tmp_path}", module="el_jax.demo")
-  # (el_jax/demo.py's wording is being changed by another engineer: either is one line)
+  proc = rel.run("--runs=nope", f"--workdir={tmp_path}", module="el_jax.tools.demo")
+  # (el_jax/tools/demo.py's wording is being changed by another engineer: either is one line)
   rel.assert_one_line_error(proc, r"unknown (demo runs \['nope'\]; valid runs|run 'nope'; the "
                                   r"grid's runs): \['ce'")
-  proc = rel.run(COPY, "--config.model.num_heads=3", module="el_jax.bench")
+  proc = rel.run(COPY, "--config.model.num_heads=3", module="el_jax.tools.bench")
   rel.assert_one_line_error(proc, r"not divisible by model\.num_heads=3")
-  proc = rel.run(COPY, "--config.loss.name=foo", module="el_jax.flatness.bench")
+  proc = rel.run(COPY, "--config.loss.name=foo", module="el_jax.tools.flatness_bench")
   rel.assert_one_line_error(proc, r"unknown loss 'foo'")
   ntp = rel.run("--config=configs/ntp_linear.py:test", f"--workdir={tmp_path / 'ntp'}",
                 "--config.steps=0")

@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 import safetensors.numpy
 
-from el_jax.data import gpt2_bpe
-from el_jax.models import decoder
-from el_jax.models import pretrained
-from el_jax import runner
-from el_jax.tasks import label_copy as lc_task
-from el_jax.tasks import text_lm
+from el_jax.core.data import gpt2_bpe
+from el_jax.core.models import decoder
+from el_jax.core.models import pretrained
+from el_jax.core.tasks import label_copy as lc_task
+from el_jax.core.tasks import text_lm
+from el_jax.run import config as config_lib
 from test_pretrained import _hf_tensors, _np_gpt2, _write
 
 # 24 dims: divisible by the 4 heads of the checkpoint and by GPT2Config's default 12, so a
@@ -208,7 +208,7 @@ def test_encode_for_a_model_checks_its_vocabulary():
 
 
 def test_label_copy_task_refuses_out_of_vocabulary_cached_ids(tmp_path):
-  cfg = runner.get_config("label_copy", "test", {"data.cache_dir": str(tmp_path / "cache")})
+  cfg = config_lib.get_config("label_copy", "test", {"data.cache_dir": str(tmp_path / "cache")})
   task = lc_task.LabelCopyTask(cfg)
   path = task.data.path
   with np.load(path) as z:
@@ -223,7 +223,7 @@ def test_label_copy_task_refuses_out_of_vocabulary_cached_ids(tmp_path):
 
 
 def test_text_lm_rebuilds_cached_rows_with_out_of_vocabulary_ids(tmp_path, capsys):
-  cfg = runner.get_config("text_lm", "test", {"data.cache_dir": str(tmp_path / "cache")})
+  cfg = config_lib.get_config("text_lm", "test", {"data.cache_dir": str(tmp_path / "cache")})
   rows = text_lm.build_rows(cfg.data)[0]
   cached = [p for p in os.listdir(cfg.data.cache_dir) if p.startswith("rows_")]
   path = os.path.join(cfg.data.cache_dir, cached[0])

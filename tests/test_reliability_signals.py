@@ -1,6 +1,6 @@
 """Reliability, signals: SIGINT and SIGTERM at any point of a run stop it cleanly, and the next
 run resumes it to the numbers of an uninterrupted run. The two share one handler
-(el_jax.workdir.catch_interrupts): both are sent while training, one of them at each other point.
+(el_jax.infra.workdir.catch_interrupts): both are sent while training, one of them at each other point.
 
 Each case runs `python -m el_jax.main` on configs/copy_task.py:test (longer than the
 default: 400 steps, a checkpoint and an evaluation every 100) and sends the signal either
@@ -67,10 +67,10 @@ def _self_signal(sig):
 SAVE_200 = ("orbax.checkpoint", "CheckpointManager.save", "args[1] == 200")
 SAVE_200_SEED_1 = ("orbax.checkpoint", "CheckpointManager.save",
                    "args[1] == 200 and str(args[0].directory).endswith('seed_1/checkpoints')")
-EVAL_100 = ("el_jax.train", "eval_row", "args[2] == 100")
-FLATNESS_50 = ("el_jax.flatness", "measure_during_training", "True")
+EVAL_100 = ("el_jax.run.train", "eval_row", "args[2] == 100")
+FLATNESS_50 = ("el_jax.core.flatness", "measure_during_training", "True")
 
-# SIGINT and SIGTERM share one handler (el_jax.workdir.catch_interrupts): both signals while
+# SIGINT and SIGTERM share one handler (el_jax.infra.workdir.catch_interrupts): both signals while
 # training (their exit status and line differ), one of the two at each other point.
 CASES = {
     "sigint_training": (LONG, signal.SIGINT, None),
@@ -263,11 +263,11 @@ def test_sigint_while_xla_compiles_never_crashes_after_the_message(tmp_path):
 
 
 # ----------------------------------------------------------------------------
-# The pieces, in process (el_jax.workdir)
+# The pieces, in process (el_jax.infra.workdir)
 
 
 def test_uninterrupted_block_finishes_before_the_signal_takes_effect():
-  from el_jax import workdir as wd
+  from el_jax.infra import workdir as wd
   done = []
   with wd.catch_interrupts():
     with pytest.raises(wd.Interrupted) as e:
@@ -291,7 +291,7 @@ def test_uninterrupted_block_finishes_before_the_signal_takes_effect():
 
 def test_interrupt_swallowed_by_a_gc_callback_is_sent_again():
   import gc
-  from el_jax import workdir as wd
+  from el_jax.infra import workdir as wd
   sent = []
 
   def callback(phase, info):

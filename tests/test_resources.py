@@ -1,4 +1,4 @@
-"""Data shipped inside the package (el_jax/data/resources/): the checksums its README states,
+"""Data shipped inside the package (el_jax/core/data/resources/): the checksums its README states,
 the path-star test sets unpacked into the cache, and clear errors for what is not shipped."""
 import fnmatch
 import hashlib
@@ -8,9 +8,9 @@ import tomllib
 
 import pytest
 
-from el_jax import data
-from el_jax.data import path_star as ps
-from el_jax.data import pcfg
+from el_jax.core import data
+from el_jax.core.data import path_star as ps
+from el_jax.core.data import pcfg
 
 README = os.path.join(data.RESOURCES, "README.md")
 
@@ -37,7 +37,7 @@ def test_grammar_is_the_one_the_readme_names():
   assert data.PCFG_GRAMMAR == data.resource_path("pcfg", "rule_deep_mlm.txt")
   assert _sha256(data.PCFG_GRAMMAR) == m.group(1)
   g = pcfg.PCFG.from_file(data.PCFG_GRAMMAR)
-  assert g.num_nonterminals == 50  # the figure el_jax.data.pcfg's docstring gives
+  assert g.num_nonterminals == 50  # the figure el_jax.core.data.pcfg's docstring gives
 
 
 @pytest.mark.parametrize("key", sorted(data.PATH_STAR_TEST_SETS),
@@ -79,7 +79,7 @@ def test_resources_are_package_data():
   """pyproject.toml ships every file under resources/ (a wheel would lack the others)."""
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   with open(os.path.join(root, "pyproject.toml"), "rb") as f:
-    globs = tomllib.load(f)["tool"]["setuptools"]["package-data"]["el_jax.data"]
+    globs = tomllib.load(f)["tool"]["setuptools"]["package-data"]["el_jax.core.data"]
   pkg = os.path.dirname(data.RESOURCES)
   files = [os.path.relpath(os.path.join(d, n), pkg).replace(os.sep, "/")
            for d, _, names in os.walk(data.RESOURCES) for n in names]

@@ -1,4 +1,4 @@
-"""el_jax.runner: configs by name, overrides, run-or-reuse, result rows, statistics over seeds."""
+"""el_jax.run.runner: configs by name, overrides, run-or-reuse, result rows, statistics over seeds."""
 import itertools
 import json
 
@@ -6,19 +6,21 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from el_jax import job
-from el_jax import runner
+from el_jax.run import job
+from el_jax.run import runner
+from el_jax.run import config as config_lib
+from el_jax.report import stats
 
 
 def test_get_config_by_name_and_path_with_overrides():
-  a = runner.get_config("copy_task", "test", {"loss.name": "e1", "seeds": (3, 4)})
-  b = runner.get_config(runner.config_path("copy_task"), "test")
+  a = config_lib.get_config("copy_task", "test", {"loss.name": "e1", "seeds": (3, 4)})
+  b = config_lib.get_config(config_lib.config_path("copy_task"), "test")
   assert a.loss.name == "e1" and tuple(a.seeds) == (3, 4) and b.loss.name == "ce"
   with pytest.raises(ValueError, match=r"unknown config key 'loss.bogus'"):
-    runner.get_config("copy_task", "test", {"loss.bogus": 1})
+    config_lib.get_config("copy_task", "test", {"loss.bogus": 1})
   with pytest.raises(ValueError, match=r"could not load config .*nope\.py: no such file; "
                                        r"configs in .*'copy_task'.*'path_star'"):
-    runner.get_config("nope", "test")
+    config_lib.get_config("nope", "test")
 
 
 def test_configs_folder_from_the_environment(tmp_path, monkeypatch):
@@ -27,13 +29,13 @@ def test_configs_folder_from_the_environment(tmp_path, monkeypatch):
       "def get_config(arg=None):\n"
       "  return ml_collections.ConfigDict({'task': 'x', 'v': arg})\n")
   monkeypatch.setenv("EL_JAX_CONFIGS", str(tmp_path))
-  assert runner.get_config("mine", "q").v == "q"
+  assert config_lib.get_config("mine", "q").v == "q"
 
 
 def test_parse_sets():
-  assert runner.parse_sets(["a.b=3", "c=x", "d=(1, 2)"]) == {"a.b": 3, "c": "x", "d": (1, 2)}
+  assert config_lib.parse_sets(["a.b=3", "c=x", "d=(1, 2)"]) == {"a.b": 3, "c": "x", "d": (1, 2)}
   with pytest.raises(SystemExit, match="not key=value"):
-    runner.parse_sets(["a.b"])
+    config_lib.parse_sets(["a.b"])
 
 
 def _exact_p(a, b):
@@ -53,7 +55,7 @@ def _exact_p(a, b):
 def test_permutation_test_exact_against_enumeration_and_scipy(seed):
   rng = np.random.default_rng(seed)
   a, b = rng.normal(0.3 * seed, 1, 5), rng.normal(0, 1, 6)
-  p = runner.permutation_test(a, b)
+  p = stats.permutation_test(a, b)
   assert p == pytest.approx(_exact_p(a, b), abs=1e-12)
   # Two-sided as |mean difference| >= the observed one (scipy's "two-sided" doubles a
   # one-sided p-value instead, which differs for unequal group sizes).
@@ -66,22 +68,22 @@ def test_permutation_test_exact_against_enumeration_and_scipy(seed):
 def test_permutation_test_extremes_and_sampled_branch():
   # 10 vs 10 fully separated seeds: the two most extreme of C(20, 10) splits.
   a, b = np.arange(10) + 100.0, np.arange(10.0)
-  assert runner.permutation_test(a, b) == pytest.approx(2 / 184756)
-  assert runner.permutation_test(b, b.copy()) == 1.0
+  assert stats.permutation_test(a, b) == pytest.approx(2 / 184756)
+  assert stats.permutation_test(b, b.copy()) == 1.0
   # The sampled branch agrees with the exact one within its Monte Carlo error.
   rng = np.random.default_rng(7)
   x, y = rng.normal(0.8, 1, 8), rng.normal(0, 1, 8)
-  exact = runner.permutation_test(x, y)
-  mc = runner.permutation_test(x, y, max_exact=10, num_samples=40_000)
+  exact = stats.permutation_test(x, y)
+  mc = stats.permutation_test(x, y, max_exact=10, num_samples=40_000)
   assert abs(mc - exact) < 5 * np.sqrt(exact * (1 - exact) / 40_000) + 1e-4
   with pytest.raises(ValueError, match="needs values in both groups"):
-    runner.permutation_test([], [1.0])
+    stats.permutation_test([], [1.0])
 
 
 def test_permutation_test_is_calibrated_under_the_null():
   """Under equal distributions P(p <= 0.1) is at most 0.1 (up to sampling error)."""
   rng = np.random.default_rng(0)
-  ps = np.array([runner.permutation_test(rng.normal(size=5), rng.normal(size=5))
+  ps = np.array([stats.permutation_test(rng.normal(size=5), rng.normal(size=5))
                  for _ in range(400)])
   rate = np.mean(ps <= 0.1)
   assert rate <= 0.1 + 3 * np.sqrt(0.1 * 0.9 / 400)
@@ -93,7 +95,7 @@ def test_bootstrap_interval_covers_the_true_difference():
   rng = np.random.default_rng(1)
   hits = 0
   for _ in range(200):
-    lo, hi = runner.bootstrap_ci(rng.normal(1, 1, 10), rng.normal(0, 1, 10), num_samples=2000)
+    lo, hi = stats.bootstrap_ci(rng.normal(1, 1, 10), rng.normal(0, 1, 10), num_samples=2000)
     hits += lo <= 1.0 <= hi
   assert hits / 200 >= 0.85
 
@@ -101,13 +103,13 @@ def test_bootstrap_interval_covers_the_true_difference():
 def test_aggregate_and_compare_against_numpy():
   per_seed = [{"seed": s, "step": 9, "x": float(v), "n": 3, "maybe": m}
               for s, (v, m) in enumerate([(0.1, 1.0), (0.5, None), (0.3, 2.0)])]
-  agg = runner.aggregate(per_seed)
+  agg = stats.aggregate(per_seed)
   assert set(agg) == {"x", "maybe"}  # floats only
   v = np.array([0.1, 0.5, 0.3])
   assert agg["x"] == pytest.approx({"mean": v.mean(), "min": 0.1, "max": 0.5,
                                     "std": v.std(ddof=1), "n": 3})
   assert agg["maybe"]["n"] == 2 and agg["maybe"]["mean"] == 1.5
-  c = runner.compare([1.0, 2.0, 3.0], [0.0, 0.5])
+  c = stats.compare([1.0, 2.0, 3.0], [0.0, 0.5])
   assert c["diff"] == pytest.approx(2.0 - 0.25) and c["n_a"] == 3 and c["n_b"] == 2
   assert c["ci95"][0] <= c["diff"] <= c["ci95"][1]
   assert c["p_value"] == pytest.approx(_exact_p([1.0, 2.0, 3.0], [0.0, 0.5]))
@@ -128,44 +130,21 @@ def _holm_rejects(p, alpha):
 def test_holm_adjusted_p_values_reject_as_the_step_down_procedure(seed):
   rng = np.random.default_rng(seed)
   p = np.concatenate([rng.uniform(0, 0.05, 4), rng.uniform(0, 1, 8), [0.02, 0.02]]).tolist()
-  adj = runner.holm(p)
+  adj = stats.holm(p)
   for alpha in np.linspace(0.001, 0.999, 400):  # adjusted p is capped at 1
     assert {i for i, a in enumerate(adj) if a <= alpha} == _holm_rejects(p, alpha), alpha
   assert all(a >= q for a, q in zip(adj, p)) and max(adj) <= 1.0
 
 
 def test_holm_known_values_and_bad_input():
-  assert runner.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
-  assert runner.holm([]) == [] and runner.holm([0.3]) == [0.3]
+  assert stats.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+  assert stats.holm([]) == [] and stats.holm([0.3]) == [0.3]
   with pytest.raises(ValueError, match=r"must lie in \[0, 1\]"):
-    runner.holm([0.1, 1.5])
-
-
-def test_results_file_reuses_a_row_only_for_the_same_config(tmp_path):
-  cfg = runner.get_config("copy_task", "test")
-  rf = runner.ResultsFile(str(tmp_path / "r.json"))
-  rf.put({"label": "a", "config": runner.config_dict(cfg), "value": 1})
-  again = runner.ResultsFile(str(tmp_path / "r.json"))
-  assert again.get("a", cfg)["value"] == 1
-  assert again.get("a", runner.get_config("copy_task", "test", {"seeds": (0, 1)})) is None
-  assert again.get("b", cfg) is None
-  again.put({"label": "a", "config": {}, "value": 2})  # replaces the row of that label
-  assert [r["value"] for r in json.load(open(tmp_path / "r.json"))] == [2]
-
-
-def test_results_files_of_two_writers_keep_each_others_rows(tmp_path):
-  # two experiment processes filling one file (different labels), both opened before
-  # either writes: the later put must not drop the earlier one's row
-  path = str(tmp_path / "r.json")
-  one, two = runner.ResultsFile(path), runner.ResultsFile(path)
-  one.put({"label": "a", "config": {}, "value": 1})
-  two.put({"label": "b", "config": {}, "value": 2})
-  one.put({"label": "a", "config": {}, "value": 3})
-  assert {r["label"]: r["value"] for r in json.load(open(path))} == {"a": 3, "b": 2}
+    stats.holm([0.1, 1.5])
 
 
 def test_run_or_reuse_trains_once(tmp_path, monkeypatch):
-  cfg = runner.get_config("copy_task", "test")
+  cfg = config_lib.get_config("copy_task", "test")
   cfg.progress = False
   first = runner.run_or_reuse(cfg, str(tmp_path))
 
@@ -174,14 +153,14 @@ def test_run_or_reuse_trains_once(tmp_path, monkeypatch):
 
   monkeypatch.setattr(job, "train_and_evaluate", forbidden)
   assert runner.run_or_reuse(cfg, str(tmp_path), verbose=False) == first
-  other = runner.get_config("copy_task", "test", {"seeds": (0, 1)})
+  other = config_lib.get_config("copy_task", "test", {"seeds": (0, 1)})
   with pytest.raises(AssertionError, match="retrained"):  # other seeds: not reused
     runner.run_or_reuse(other, str(tmp_path), verbose=False)
   # Another evaluation cadence trains the same thing: read back, also from another folder.
-  cadence = runner.get_config("copy_task", "test", {"train.eval_every": 0, "train.log_every": 1})
+  cadence = config_lib.get_config("copy_task", "test", {"train.eval_every": 0, "train.log_every": 1})
   assert runner.run_or_reuse(cadence, str(tmp_path / "new"), verbose=False,
                              reuse_from=runner.run_dirs(str(tmp_path))) == first
-  lr = runner.get_config("copy_task", "test", {"optim.lr": 1e-2})
+  lr = config_lib.get_config("copy_task", "test", {"optim.lr": 1e-2})
   with pytest.raises(AssertionError, match="retrained"):  # another optimizer: not reused
     runner.run_or_reuse(lr, str(tmp_path / "new"), verbose=False,
                         reuse_from=runner.run_dirs(str(tmp_path)))
@@ -199,29 +178,29 @@ def test_config_diff_ignores_fields_that_cannot_change_training():
   """Hyperparameters of other losses, the reweighting fields under the plain mean, the WSD
   fraction of another schedule and a disabled adversarial block (and such fields absent
   from a config written before they existed) are no difference; active ones are."""
-  new = runner.flatten(runner.config_dict(runner.get_config("copy_task", "test")))
+  new = config_lib.flatten(config_lib.config_dict(config_lib.get_config("copy_task", "test")))
   assert new["loss.name"] == "ce"
   old = {k: v for k, v in new.items()
          if not k.startswith(("loss.label_smoothing.", "loss.z_loss.", "loss.focal.",
                               "loss.gce.", "loss.reduction", "optim.decay_frac"))}
   assert len(old) < len(new)
-  assert runner.config_diff(old, new) == []
+  assert config_lib.config_diff(old, new) == []
   # An unused loss's value is no difference, by construction: it lives under that loss.
-  assert runner.config_diff(old, {**new, "loss.e1.lam": 7.0}) == []  # CE does not use lam
-  assert runner.config_diff(old, {**new, "loss.name": "e1"}) == ["loss.name"]
+  assert config_lib.config_diff(old, {**new, "loss.e1.lam": 7.0}) == []  # CE does not use lam
+  assert config_lib.config_diff(old, {**new, "loss.name": "e1"}) == ["loss.name"]
   e1_old, e1_new = {**old, "loss.name": "e1"}, {**new, "loss.name": "e1", "loss.e1.lam": 7.0}
-  assert runner.config_diff(e1_old, e1_new) == ["loss.e1.lam"]
-  assert runner.config_diff(e1_old, {**e1_new, "loss.e1.lam": 1.0, "loss.e2.lam": 7.0,
+  assert config_lib.config_diff(e1_old, e1_new) == ["loss.e1.lam"]
+  assert config_lib.config_diff(e1_old, {**e1_new, "loss.e1.lam": 1.0, "loss.e2.lam": 7.0,
                                      "loss.spectral_decoupling.lam": 7.0}) == []
   ls = {**new, "loss.name": "label_smoothing"}
-  assert runner.config_diff({**old, "loss.name": "label_smoothing"}, ls) == ["loss.label_smoothing.eps"]
-  assert runner.config_diff(old, {**new, "loss.reduction": "reweight"})[0] == "loss.reduction"
-  assert runner.config_diff(old, {**new, "optim.decay": "wsd"}) == ["optim.decay",
+  assert config_lib.config_diff({**old, "loss.name": "label_smoothing"}, ls) == ["loss.label_smoothing.eps"]
+  assert config_lib.config_diff(old, {**new, "loss.reduction": "reweight"})[0] == "loss.reduction"
+  assert config_lib.config_diff(old, {**new, "optim.decay": "wsd"}) == ["optim.decay",
                                                                      "optim.decay_frac"]
-  assert runner.config_diff({**old, "adversarial.enabled": False, "adversarial.weight": 1.0},
+  assert config_lib.config_diff({**old, "adversarial.enabled": False, "adversarial.weight": 1.0},
                             new) == []
-  assert runner.config_diff(old, {**new, "adversarial.enabled": True}) == ["adversarial.enabled"]
+  assert config_lib.config_diff(old, {**new, "adversarial.enabled": True}) == ["adversarial.enabled"]
   assert new["train.cpu_dots"] == "xla"  # the default: inert, so also when absent
   no_dots = {k: v for k, v in new.items() if k != "train.cpu_dots"}
-  assert runner.config_diff(no_dots, new) == []
-  assert runner.config_diff(no_dots, {**new, "train.cpu_dots": "eigen"}) == ["train.cpu_dots"]
+  assert config_lib.config_diff(no_dots, new) == []
+  assert config_lib.config_diff(no_dots, {**new, "train.cpu_dots": "eigen"}) == ["train.cpu_dots"]

@@ -1,4 +1,4 @@
-"""el_jax.stats: the paired sign-flip test, the floors of each design, the scale-trend slope.
+"""el_jax.report.stats: the paired sign-flip test, the floors of each design, the scale-trend slope.
 
 Each is checked against an independent NumPy computation (every sign vector enumerated with
 itertools.product; the least-squares slope by np.polyfit) and against the designs' floors
@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from el_jax import stats
+from el_jax.report import stats
 
 
 def _sign_flip_enumerated(d):

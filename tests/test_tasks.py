@@ -8,13 +8,13 @@ import re
 import numpy as np
 import pytest
 
-from el_jax import job
-from el_jax import metrics as metrics_lib
-from el_jax.models import decoder
-from el_jax import runner
-from el_jax import tasks
-from el_jax.tasks import base
-from el_jax import train
+from el_jax.run import job
+from el_jax.infra import metrics as metrics_lib
+from el_jax.core.models import decoder
+from el_jax.core import tasks
+from el_jax.core.tasks import base
+from el_jax.run import train
+from el_jax.run import config as config_lib
 
 
 class ToyCopy(base.Task):
@@ -92,7 +92,7 @@ class ToyCopy(base.Task):
 
 
 def _toy_config(**overrides):
-  c = runner.get_config("copy_task", "test")
+  c = config_lib.get_config("copy_task", "test")
   c.task = "toy_copy"
   c.data = {"data_seed": 0, "num_train": 64, "num_valid": 20, "num_test": 30, "eval_note": "a"}
   c.train.batch_size = 16
@@ -102,7 +102,7 @@ def _toy_config(**overrides):
   c.train.checkpoint_every = 30
   c.optim.lr = 1e-2
   c.progress = False
-  return runner.apply_overrides(c, overrides)
+  return config_lib.apply_overrides(c, overrides)
 
 
 @pytest.fixture
@@ -190,7 +190,7 @@ def test_test_config_summary_is_pinned(name, tmp_path):
   """The redesign (and the validation split, drawn from its own stream) changed no number.
   The task's plots are drawn (the `plots` mark; the suite's EL_JAX_PLOTS is 0 elsewhere)."""
   pin = PINNED[name]
-  cfg = runner.get_config(name, "test")
+  cfg = config_lib.get_config(name, "test")
   cfg.progress = False
   summary = job.train_and_evaluate(cfg, str(tmp_path))
   for png in PLOTS[name]:

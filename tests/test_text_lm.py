@@ -1,4 +1,4 @@
-"""Pretraining text for the small GPT-2 (el_jax.tasks.text_lm), its training through the
+"""Pretraining text for the small GPT-2 (el_jax.core.tasks.text_lm), its training through the
 generic loop, and `export_run` to the Hugging Face layout that `load_gpt2` reads."""
 import os
 
@@ -6,16 +6,16 @@ import jax
 import numpy as np
 import pytest
 
-from el_jax import checkpoint
-from el_jax.data import gpt2_bpe
-from el_jax.data import label_copy
-from el_jax.data import texts
-from el_jax import job
-from el_jax.models import decoder
-from el_jax.models import pretrained
-from el_jax import runner
-from el_jax.tasks import text_lm
-from el_jax import train
+from el_jax.infra import checkpoint
+from el_jax.core.data import gpt2_bpe
+from el_jax.core.data import label_copy
+from el_jax.core.data import texts
+from el_jax.run import job
+from el_jax.core.models import decoder
+from el_jax.core.models import pretrained
+from el_jax.core.tasks import text_lm
+from el_jax.run import config as config_lib
+from el_jax.run import setup as setup_lib
 import reliability as rel  # tests/reliability.py
 
 
@@ -24,7 +24,7 @@ def tmp_path_factory_cache(cfg):
 
 
 def _config(tmp_path, **over):
-  cfg = runner.get_config("text_lm", "test", over)
+  cfg = config_lib.get_config("text_lm", "test", over)
   cfg.data.cache_dir = str(tmp_path / "cache")
   return cfg
 
@@ -36,8 +36,8 @@ def trained(tmp_path_factory):
   with pytest.MonkeyPatch.context() as m:  # the suite's default is 0: the task's plot is checked
     rel.plots_on(m)
     summary = job.train_and_evaluate(cfg, str(tmp / "run"))
-  setup = train.make_setup(cfg)
-  trainer = train.Trainer(setup)
+  setup = setup_lib.make_setup(cfg)
+  trainer = setup_lib.Trainer(setup)
   params, _ = checkpoint.load_params_from(str(tmp / "run"), 0, trainer.abstract_state["params"],
                                      trainer.state_sharding["params"])
   return cfg, tmp, summary, setup, trainer, params
@@ -51,7 +51,7 @@ def test_rows_are_the_texts_without_the_label_copy_sentences(trained, capsys):
   distinct = {t for c in cfg.data.corpora for t, _, _ in texts.load_sentences(c)}
   excluded = set()
   for corpus in cfg.data.corpora:
-    lc = runner.get_config("label_copy", cfg.data.exclude_label_copy).data
+    lc = config_lib.get_config("label_copy", cfg.data.exclude_label_copy).data
     lc.corpus = corpus
     lc.cache_dir = str(tmp_path_factory_cache(cfg))
     sents = texts.load_sentences(corpus)
@@ -126,6 +126,6 @@ def test_export_run_writes_what_load_gpt2_reads_back(trained):
 ])
 def test_config_errors_name_the_field(tmp_path, field, value, match):
   cfg = _config(tmp_path)
-  runner.apply_overrides(cfg, {field: value})
+  config_lib.apply_overrides(cfg, {field: value})
   with pytest.raises(ValueError, match=match):
     text_lm.TextLMTask.validate_config(cfg)

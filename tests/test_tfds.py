@@ -1,4 +1,4 @@
-"""TFDS builders (el_jax.data.tfds_builders), the grain loader (el_jax.data.loader) and the
+"""TFDS builders (el_jax.core.data.tfds_builders), the grain loader (el_jax.core.data.loader) and the
 copy task's data.pipeline="grain" with its iterator state in the orbax checkpoints."""
 import json
 import os
@@ -10,19 +10,20 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from el_jax import checkpoint
-from el_jax import data as data_lib
-from el_jax.data import copy_task
-from el_jax.data import loader
-from el_jax.data import mlm_data
-from el_jax.data import path_star
-from el_jax.data import tfds_builders
-from el_jax import metrics as metrics_lib
-from el_jax import runner
-from el_jax.tasks import base
-from el_jax.tasks import copy_task as copy_tasks
-from el_jax.tasks import path_star as path_star_tasks
-from el_jax import train
+from el_jax.infra import checkpoint
+from el_jax.core import data as data_lib
+from el_jax.core.data import copy_task
+from el_jax.core.data import loader
+from el_jax.core.data import mlm_data
+from el_jax.core.data import path_star
+from el_jax.core.data import tfds_builders
+from el_jax.infra import metrics as metrics_lib
+from el_jax.core.tasks import base
+from el_jax.core.tasks import copy_task as copy_tasks
+from el_jax.core.tasks import path_star as path_star_tasks
+from el_jax.run import train
+from el_jax.run import config as config_lib
+from el_jax.run import setup as setup_lib
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +40,7 @@ def cache(tmp_path_factory):
 
 
 def _copy_config(**overrides):
-  config = runner.get_config("copy_task", "test", overrides)
+  config = config_lib.get_config("copy_task", "test", overrides)
   config.progress = False
   config.num_devices = 1
   return config
@@ -81,7 +82,7 @@ def test_copy_task_configs_of_other_parameters_are_other_data_sets():
 
 def test_path_star_records_equal_the_task_and_the_reference_file(cache):
   ref_file = data_lib.path_star_test_file(2, 3, 50)  # shipped with el_jax, unpacked into `cache`
-  config = runner.get_config("path_star", "test", {
+  config = config_lib.get_config("path_star", "test", {
       "data.num_nodes": 50, "data.num_test": 30, "data.test_file": "reference"})
   task = path_star_tasks.PathStarTask(config)
   src = tfds_builders.data_source("el_jax_path_star", config)
@@ -98,13 +99,13 @@ def test_path_star_records_equal_the_task_and_the_reference_file(cache):
   assert (int(rec["source"]), int(rec["goal"]), rec["path"].tolist()) == (source, goal, p)
   # Without the file, the test split is generated (stream 1): another config, other graphs.
   gen = tfds_builders.PathStarConfig.from_el_jax(
-      runner.get_config("path_star", "test", {"data.num_nodes": 50, "data.num_test": 30}))
+      config_lib.get_config("path_star", "test", {"data.num_nodes": 50, "data.num_test": 30}))
   assert gen.name != tfds_builders.PathStarConfig.from_el_jax(config).name
 
 
 @pytest.mark.parametrize("name", ["pcfg_mlm", "hmm_mlm"])
 def test_mlm_sentences_equal_the_cached_corpus(name, cache, tmp_path):
-  config = runner.get_config(name, "test", {"data.cache_dir": str(tmp_path)})
+  config = config_lib.get_config(name, "test", {"data.cache_dir": str(tmp_path)})
   builder_name = {"pcfg_mlm": "el_jax_pcfg", "hmm_mlm": "el_jax_hmm"}[name]
   src = tfds_builders.data_source(builder_name, config)
   lang = mlm_data.language(config.data)
@@ -197,21 +198,21 @@ def test_iterator_state_round_trips_through_json():
 
 def test_unknown_pipeline_is_a_clear_error():
   with pytest.raises(ValueError, match=r"data.pipeline='disk' is not one of \('memory', 'grain'\)"):
-    train.validate_config(_copy_config(**{"data.pipeline": "disk"}))
+    setup_lib.validate_config(_copy_config(**{"data.pipeline": "disk"}))
 
 
 def test_memory_pipeline_is_inert_for_old_configs():
-  flat = runner.flatten(runner.config_dict(_copy_config()))
+  flat = config_lib.flatten(config_lib.config_dict(_copy_config()))
   old = {k: v for k, v in flat.items() if k != "data.pipeline"}  # written before the field
-  assert runner.config_diff(old, flat) == []
-  assert runner.config_diff(old, {**flat, "data.pipeline": "grain"}) == ["data.pipeline"]
+  assert config_lib.config_diff(old, flat) == []
+  assert config_lib.config_diff(old, {**flat, "data.pipeline": "grain"}) == ["data.pipeline"]
 
 
 @pytest.fixture(scope="module")
 def grain_setup(cache):
   # No evaluation (eval_every=0, and runs stop at step 8 of 16): the resume test compiles
   # the train step only.
-  return train.Setup(_copy_config(**{"data.pipeline": "grain", "train.eval_every": 0,
+  return setup_lib.Setup(_copy_config(**{"data.pipeline": "grain", "train.eval_every": 0,
                                      "train.num_steps": 16}))
 
 
@@ -239,9 +240,9 @@ def test_grain_batches_are_the_task_format_of_the_loader_records(grain_setup):
 
 
 def test_path_star_grain_batches_are_the_task_format(cache):
-  config = runner.get_config("path_star", "test", {"data.pipeline": "grain"})
+  config = config_lib.get_config("path_star", "test", {"data.pipeline": "grain"})
   task = path_star_tasks.PathStarTask(config)
-  memory = path_star_tasks.PathStarTask(runner.get_config("path_star", "test"))
+  memory = path_star_tasks.PathStarTask(config_lib.get_config("path_star", "test"))
   for name in ("train", "valid", "test"):
     for field in ("edges", "source", "goal", "path"):
       np.testing.assert_array_equal(getattr(getattr(task, name), field),
@@ -274,7 +275,7 @@ def _cheap_step(state, batch):
 
 
 def test_grain_resume_sees_the_batches_of_an_uninterrupted_run(grain_setup, tmp_path):
-  trainer = train.Trainer(grain_setup)
+  trainer = setup_lib.Trainer(grain_setup)
   abstract = trainer.abstract_state
   trainer.init = lambda seed: jax.device_put(  # zeros: no compiled initialisation needed
       jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), abstract), trainer.state_sharding)

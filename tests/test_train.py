@@ -20,17 +20,18 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from el_jax import checkpoint
-from el_jax.data import copy_task
-from el_jax import golden
-from el_jax import job
-from el_jax import metrics as metrics_lib
-from el_jax.models import decoder
-from el_jax import optim
-from el_jax import runner
-from el_jax import step as step_lib
-from el_jax.tasks import copy_task as copy_tasks
-from el_jax import train
+from el_jax.infra import checkpoint
+from el_jax.core.data import copy_task
+from el_jax.tools import golden
+from el_jax.run import job
+from el_jax.infra import metrics as metrics_lib
+from el_jax.core.models import decoder
+from el_jax.core import optim
+from el_jax.core import step as step_lib
+from el_jax.core.tasks import copy_task as copy_tasks
+from el_jax.run import train
+from el_jax.run import config as config_lib
+from el_jax.run import setup as setup_lib
 
 import reliability  # tests/reliability.py
 
@@ -39,14 +40,14 @@ pytestmark = pytest.mark.xdist_group("test_train")
 K = 4  # the resume point: half of the `test` variant's 8 steps
 
 # Golden values of the first step of the `test` config, model seed 0, on one device:
-# el_jax/golden.py (how to regenerate them on purpose; `python -m el_jax.verify` checks an
+# el_jax/tools/golden.py (how to regenerate them on purpose; `python -m el_jax.tools.verify` checks an
 # accelerator against them too).
 GOLDEN_STEP_1 = golden.STEP_1
 
 
 def _config(**overrides):
   """The `test` config with dotted-key overrides, e.g. `**{"optim.lr": 1e-2}`."""
-  config = runner.get_config("copy_task", "test", overrides)
+  config = config_lib.get_config("copy_task", "test", overrides)
   config.progress = False
   return config
 
@@ -78,9 +79,9 @@ def _to_host(tree):
 @pytest.fixture(scope="module")
 def one_device(tmp_path_factory):
   """The `test` config trained with Setup / Trainer on one device: per-step metrics, final state."""
-  setup = train.Setup(_config(num_devices=1))
+  setup = setup_lib.Setup(_config(num_devices=1))
   assert setup.mesh.devices.size == 1
-  trainer = train.Trainer(setup)  # no compilation: also used to restore checkpoints
+  trainer = setup_lib.Trainer(setup)  # no compilation: also used to restore checkpoints
 
   def build(folder):
     state = trainer.init(0)
@@ -102,7 +103,7 @@ def one_device(tmp_path_factory):
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
   """train_and_evaluate on all 8 devices: 2K steps in one go, and K steps + resume."""
-  assert len(jax.devices()) == 8  # tests/conftest.py
+  assert len(jax.devices()) == 8  # conftest.py
   assert _config().train.num_steps == 2 * K
 
   def build(root):
@@ -111,9 +112,9 @@ def runs(tmp_path_factory):
                                     str(root / "resumed")) is None
     shutil.copytree(root / "resumed", root / "stopped")  # a stopped run, for the failure tests
     steps = []
-    batch = train.Setup.batch
+    batch = setup_lib.Setup.batch
     with pytest.MonkeyPatch.context() as mp:
-      mp.setattr(train.Setup, "batch",
+      mp.setattr(setup_lib.Setup, "batch",
                  lambda self, seed, step: steps.append(step) or batch(self, seed, step))
       job.train_and_evaluate(_config(), str(root / "resumed"))
     (root / "steps_after_resume.json").write_text(json.dumps(steps))
@@ -160,8 +161,8 @@ def test_golden_one_step(one_device):
   for key, want in GOLDEN_STEP_1.items():
     assert math.isclose(got[key], want, rel_tol=1e-4), (
         f"step-1 {key} of the `test` config is {got[key]!r}, recorded {want!r} (all: {got}). "
-        f"If this change is intended, regenerate el_jax.golden.STEP_1 with the command in "
-        f"el_jax/golden.py and paste the new values.")
+        f"If this change is intended, regenerate el_jax.tools.golden.STEP_1 with the command in "
+        f"el_jax/tools/golden.py and paste the new values.")
 
 
 def test_one_vs_eight_devices(one_device, runs):
@@ -188,8 +189,8 @@ def test_eigen_cpu_dots_train_like_xla_dots(one_device):
   """`train.cpu_dots="eigen"` (another matmul library, so other rounding) trains the `test`
   config to the same metrics and parameters within float tolerance, and really compiles
   another program (no YNNPACK fusion in its HLO)."""
-  setup = train.Setup(_config(num_devices=1, **{"train.cpu_dots": "eigen"}))
-  trainer = train.Trainer(setup)
+  setup = setup_lib.Setup(_config(num_devices=1, **{"train.cpu_dots": "eigen"}))
+  trainer = setup_lib.Trainer(setup)
   assert trainer.compiler_options == step_lib.CPU_DOTS["eigen"]
   state = trainer.init(0)
   batch0 = trainer.put_batch(setup.batch(0, 0))
@@ -208,12 +209,12 @@ def test_attention_blocks_train_like_one_einsum(one_device):
   function, sums in another order) trains the `test` config to the metrics and parameters of
   the one-einsum attention within float tolerance, with the default matmuls and with
   `cpu_dots="auto"`, and really computes fewer FLOPs."""
-  base = train.Trainer(train.Setup(_config(num_devices=1)))
+  base = setup_lib.Trainer(setup_lib.Setup(_config(num_devices=1)))
   for overrides in ({"train.attention_blocks": 4},
                     {"train.attention_blocks": 4, "train.cpu_dots": "auto"}):
-    setup = train.Setup(_config(num_devices=1, **overrides))
+    setup = setup_lib.Setup(_config(num_devices=1, **overrides))
     assert setup.model_cfg.attention_blocks == 4
-    trainer = train.Trainer(setup)
+    trainer = setup_lib.Trainer(setup)
     state = trainer.init(0)
     batch0 = trainer.put_batch(setup.batch(0, 0))
 
@@ -267,8 +268,8 @@ def test_finished_seed_is_not_retrained(runs, monkeypatch, tmp_path):
   def forbidden(*args, **kwargs):
     raise AssertionError("a finished seed was trained or evaluated again")
 
-  monkeypatch.setattr(train.Setup, "batch", forbidden)
-  monkeypatch.setattr(train.Trainer, "evaluate", forbidden)
+  monkeypatch.setattr(setup_lib.Setup, "batch", forbidden)
+  monkeypatch.setattr(setup_lib.Trainer, "evaluate", forbidden)
   summary = job.train_and_evaluate(_config(), str(workdir))
   assert summary["per_seed"] == [final]
   assert summary["num_params"] == runs.summary_full["num_params"] > 0
@@ -316,7 +317,7 @@ def test_non_finite_loss_names_the_step_and_keeps_the_checkpoint(runs, one_devic
   """
   workdir = tmp_path / "run"
   shutil.copytree(runs.stopped, workdir)
-  batch = train.Setup.batch
+  batch = setup_lib.Setup.batch
 
   def poisoned(self, seed, step):
     b = batch(self, seed, step)
@@ -324,7 +325,7 @@ def test_non_finite_loss_names_the_step_and_keeps_the_checkpoint(runs, one_devic
       b["loss_mask"] = np.full_like(b["loss_mask"], np.nan)
     return b
 
-  monkeypatch.setattr(train.Setup, "batch", poisoned)
+  monkeypatch.setattr(setup_lib.Setup, "batch", poisoned)
   with pytest.raises(FloatingPointError, match=rf"non-finite training loss.* at step {K + 1} "
                                                r"\(seed 0\)"):
     job.train_and_evaluate(_config(**{"train.checkpoint_every": 1}), str(workdir))
@@ -419,8 +420,8 @@ def test_greedy_answers_feeds_back_its_own_predictions(monkeypatch):
 
 
 def test_evaluate_counts_em_and_cl_per_group():
-  setup = train.Setup(_config())
-  trainer = train.Trainer(setup)
+  setup = setup_lib.Setup(_config())
+  trainer = setup_lib.Trainer(setup)
   task = setup.task
   spec, k, lc = task.spec, task.k, task.spec.seq_len
   n = 45  # not a multiple of the strings per evaluation call: the last call is padded
@@ -460,7 +461,7 @@ def test_evaluate_counts_em_and_cl_per_group():
 @pytest.mark.parametrize("doc_mask", [False, True], ids=["packed", "doc_mask"])
 def test_decoder_is_causal_by_gradients(preset, doc_mask, monkeypatch):
   """d logits[t] / d (embedding at s) is zero for s > t, and across strings with doc_mask."""
-  setup = train.Setup(_config(**{"model.preset": preset, "model.doc_mask": doc_mask}))
+  setup = setup_lib.Setup(_config(**{"model.preset": preset, "model.doc_mask": doc_mask}))
   cfg = setup.model_cfg  # the `test` model: 2 strings of 11 tokens per context
   t, d, v = cfg.max_len, cfg.embed_dim, cfg.vocab_size
   graphdef, params = decoder.init(cfg, 0)
@@ -522,7 +523,7 @@ def test_config_error_names_value_and_allowed(case, tmp_path):
 
 
 def _optim_config(**overrides):
-  cfg = runner.get_config("copy_task", "test").optim
+  cfg = config_lib.get_config("copy_task", "test").optim
   cfg.update(dict(lr=1.0, warmup_steps=4, final_lr_frac=0.1, grad_clip=0.0))
   cfg.update(overrides)
   return cfg

@@ -1,4 +1,4 @@
-"""`python -m el_jax.verify` at test size on the CPU: its parts, its JSON, its verdict."""
+"""`python -m el_jax.tools.verify` at test size on the CPU: its parts, its JSON, its verdict."""
 import json
 import math
 import os
@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from el_jax import golden
-from el_jax import verify
+from el_jax.tools import golden
+from el_jax.tools import verify
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -57,7 +57,7 @@ def test_ratio_rows_pair_el_jax_with_torch():
 
 def test_the_command_writes_one_json_and_skips_what_has_no_time(tmp_path):
   out = tmp_path / "v.json"
-  p = subprocess.run([sys.executable, "-m", "el_jax.verify", "--size=test", f"--out={out}",
+  p = subprocess.run([sys.executable, "-m", "el_jax.tools.verify", "--size=test", f"--out={out}",
                       "--parts=env,torch", "--budget_s=600"], cwd=ROOT, capture_output=True,
                      text=True, timeout=300)
   assert p.returncode == 0, p.stderr[-2000:]
@@ -69,12 +69,12 @@ def test_the_command_writes_one_json_and_skips_what_has_no_time(tmp_path):
   assert res["parts"]["torch"]["ok"] in (None, True)  # skipped where no torch is installed
   assert p.stdout.strip().splitlines()[-1] == f"verify: passed (env, torch); {out}"
   # a budget too small for any part: every part is skipped, nothing required ran
-  p = subprocess.run([sys.executable, "-m", "el_jax.verify", "--size=test", f"--out={out}",
+  p = subprocess.run([sys.executable, "-m", "el_jax.tools.verify", "--size=test", f"--out={out}",
                       "--parts=golden", "--budget_s=5"], cwd=ROOT, capture_output=True,
                      text=True, timeout=120)
   res = json.loads(out.read_text())
   assert res["parts"]["golden"]["skipped"].startswith("out of time")
   assert p.returncode == 1 and not res["ok"]  # a required part that did not run fails verify
-  p = subprocess.run([sys.executable, "-m", "el_jax.verify", "--parts=nope"], cwd=ROOT,
+  p = subprocess.run([sys.executable, "-m", "el_jax.tools.verify", "--parts=nope"], cwd=ROOT,
                      capture_output=True, text=True, timeout=60)
   assert p.returncode == 2 and "unknown ['nope']" in p.stderr

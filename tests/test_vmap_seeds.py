@@ -1,4 +1,4 @@
-"""All seeds as one compiled program (`train.vmap_seeds`, el_jax.seeds) against sequential training.
+"""All seeds as one compiled program (`train.vmap_seeds`, el_jax.run.seeds) against sequential training.
 
 The reference is each seed of the copy-task `test` config trained alone by `Trainer.step`
 on one device (as `train._train_seed` does). Against it, per seed, up to float rounding:
@@ -16,20 +16,20 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
-from el_jax import checkpoint
-from el_jax import job
-from el_jax import metrics as metrics_lib
-from el_jax import runner
-from el_jax import seeds as seeds_lib
-from el_jax.tasks import copy_task as copy_tasks
-from el_jax import train
+from el_jax.infra import checkpoint
+from el_jax.run import job
+from el_jax.infra import metrics as metrics_lib
+from el_jax.run import seeds as seeds_lib
+from el_jax.core.tasks import copy_task as copy_tasks
+from el_jax.run import config as config_lib
+from el_jax.run import setup as setup_lib
 
 K = 4  # stop_at_step of the resumed run: half of the `test` variant's 8 steps
 SEEDS = (0, 1)
 
 
 def _config(**overrides):
-  config = runner.get_config("copy_task", "test", overrides)
+  config = config_lib.get_config("copy_task", "test", overrides)
   config.seeds = SEEDS
   config.progress = False
   config.train.eval_every = 0  # evaluate at the end only (fast)
@@ -45,8 +45,8 @@ def _host(tree):
 def reference():
   """Each seed trained alone on one device: {seed: per-step metrics}, {seed: initial / final
   state (on the host)}."""
-  setup = train.Setup(_config(num_devices=1))
-  trainer = train.Trainer(setup)
+  setup = setup_lib.Setup(_config(num_devices=1))
+  trainer = setup_lib.Trainer(setup)
   metrics, inits, states = {}, {}, {}
   for seed in SEEDS:
     state, metrics[seed] = trainer.init(seed), []
@@ -71,8 +71,8 @@ def map_run(tmp_path_factory):
     out.stopped_checkpoints = {s: checkpoint.checkpoint_steps(workdir, s) for s in SEEDS}
     out.stopped_rows = _rows(workdir)
     config.train.stop_at_step = 0
-    batch = train.Setup.batch
-    mp.setattr(train.Setup, "batch", lambda self, seed, step: (
+    batch = setup_lib.Setup.batch
+    mp.setattr(setup_lib.Setup, "batch", lambda self, seed, step: (
         out.batches_after_resume.append((seed, step)) or batch(self, seed, step)))
     out.summary = job.train_and_evaluate(config, workdir)
   return out
@@ -161,8 +161,8 @@ def test_map_run_stopped_and_resumed_equals_sequential(map_run, reference):
 @pytest.mark.all_devices
 def test_vmap_step_on_eight_devices_equals_sequential(reference):
   """The vmapped step with the seed axis sharded (2 seeds, 8 devices: seed 2 x data 4)."""
-  assert len(jax.devices()) == 8  # tests/conftest.py
-  trainer = train.Trainer(train.Setup(_config()))
+  assert len(jax.devices()) == 8  # conftest.py
+  trainer = setup_lib.Trainer(setup_lib.Setup(_config()))
   stacked = seeds_lib.StackedTrainer(trainer, SEEDS, "vmap")
   assert dict(stacked.mesh.shape) == {"seed": 2, "data": 4}
   # The initial states of the reference, stacked on the host (StackedTrainer.init, i.e.
@@ -187,30 +187,30 @@ def test_unsupported_combinations_and_bad_values_are_refused(tmp_path):
   on = {"train.vmap_seeds": True}
   with pytest.raises(ValueError, match=r"^train\.vmap_seeds=True does not support "
                      r"flatness\.every=2 \(set it to 0\); or set train\.vmap_seeds=False"):
-    train.validate_config(_config(**on, **{"flatness.every": 2}))
+    setup_lib.validate_config(_config(**on, **{"flatness.every": 2}))
   src = tmp_path / "src"
   (src / "seed_0" / "checkpoints").mkdir(parents=True)
   config = _config(**on)
   config.train.init_from = str(src)
   with pytest.raises(ValueError, match=r"does not support train\.init_from='.*src' \(set it "
                      r"to ''\)"):
-    train.validate_config(config)
+    setup_lib.validate_config(config)
   gpt2 = tmp_path / "gpt2"
   gpt2.mkdir()
   (gpt2 / "config.json").write_text("{}")
   config = _config(**on)
   config.model.pretrained = str(gpt2)
   with pytest.raises(ValueError, match=r"does not support model\.pretrained="):
-    train.validate_config(config)
+    setup_lib.validate_config(config)
   config = _config()
   with config.ignore_type():
     config.train.vmap_seeds = "yes"
   with pytest.raises(ValueError, match=r"^train\.vmap_seeds='yes' must be True or False$"):
-    train.validate_config(config)
+    setup_lib.validate_config(config)
   with pytest.raises(ValueError, match=r"^train\.vmap_seeds_impl='pmap' must be one of "
                      r"\('auto', 'vmap', 'map'\)$"):
-    train.validate_config(_config(**{"train.vmap_seeds_impl": "pmap"}))
-  train.validate_config(_config(**{"flatness.every": 2}))  # fine without vmap_seeds
+    setup_lib.validate_config(_config(**{"train.vmap_seeds_impl": "pmap"}))
+  setup_lib.validate_config(_config(**{"flatness.every": 2}))  # fine without vmap_seeds
 
 
 def test_seeds_resuming_from_different_steps_train_as_one_group_per_step(tmp_path, monkeypatch):

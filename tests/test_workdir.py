@@ -1,4 +1,4 @@
-"""el_jax.workdir and the metrics file, in process: lock, atomic JSON, config check, torn rows."""
+"""el_jax.infra.workdir and the metrics file, in process: lock, atomic JSON, config check, torn rows."""
 import json
 import os
 import socket
@@ -7,12 +7,10 @@ import sys
 
 import pytest
 
-from el_jax import config as config_lib
-from el_jax import job
-from el_jax import metrics as metrics_lib
-from el_jax import runner
-from el_jax import train
-from el_jax import workdir as wd
+from el_jax.run import config as config_lib
+from el_jax.run import job
+from el_jax.infra import metrics as metrics_lib
+from el_jax.infra import workdir as wd
 
 
 def test_write_json_replaces_whole_file_and_leaves_no_temp(tmp_path):
@@ -60,10 +58,10 @@ def test_lock_refuses_a_live_owner_and_takes_over_a_dead_one(tmp_path, capsys):
 
 
 def test_config_check_allows_only_named_changeable_fields(tmp_path):
-  cfg = runner.get_config("copy_task", "test")
+  cfg = config_lib.get_config("copy_task", "test")
   config_lib.record_config(cfg, str(tmp_path))
   assert config_lib.check_config(cfg, str(tmp_path)) == {}
-  new = runner.get_config("copy_task", "test", {"optim.lr": 1e-4, "train.log_every": 1})
+  new = config_lib.get_config("copy_task", "test", {"optim.lr": 1e-4, "train.log_every": 1})
   with pytest.raises(wd.WorkdirError, match=r"optim\.lr: 0\.003 -> 0\.0001.*"
                                             r"--allow_config_change=optim\.lr"):
     config_lib.check_config(new, str(tmp_path), job.resumable_fields(new))

@@ -1,0 +1,1 @@
+"""What every run stands on: atomic files and locks, checkpoints, metrics, progress, processes, where a run ran."""

@@ -1,0 +1,1 @@
+"""Commands that are not paper results: the demo, speed benchmarks, paper-size plans, the accelerator check."""

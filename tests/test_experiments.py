@@ -19,16 +19,21 @@ from el_jax.report import sources
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXPERIMENTS = os.path.join(ROOT, "experiments")
+TOOLS = os.path.join(ROOT, "tools")
 NAMES = sorted(n for n in os.listdir(EXPERIMENTS)
                if os.path.isfile(os.path.join(EXPERIMENTS, n, "__init__.py")))
+# Tools (benchmarks, the device queue, ...) that put numbers on a page have an analysis too.
+TOOL_NAMES = sorted(n for n in (os.listdir(TOOLS) if os.path.isdir(TOOLS) else ())
+                    if os.path.isfile(os.path.join(TOOLS, n, "analysis.py")))
+ANALYSES = [("experiments", n) for n in NAMES] + [("tools", n) for n in TOOL_NAMES]
 PARTS = ("config.py", "run.py", "analysis.py", "page.md")
 # Scripts not yet moved into a folder (emptied as each moves; the test then holds for all).
 NOT_YET_MOVED = {n for n in os.listdir(EXPERIMENTS) if n.endswith(".py") and n != "__init__.py"}
 REQUIRED_VARIANTS = ("test", "cpu", "paper")
 
 
-def _module(name, part):
-  return importlib.import_module(f"experiments.{name}.{part}")
+def _module(name, part, top="experiments"):
+  return importlib.import_module(f"{top}.{name}.{part}")
 
 
 def test_there_are_experiments():
@@ -75,28 +80,28 @@ def _close(a, b, path="analysis"):
     assert a == b, (path, a, b)
 
 
-def _committed(name):
-  cfg = _module(name, "config").get_config("cpu")
+def _committed(name, top="experiments"):
+  cfg = _module(name, "config", top).get_config("cpu")
   return cfg, os.path.join(ROOT, cfg.results_dir)
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_the_committed_analysis_is_what_the_rows_give(name):
+@pytest.mark.parametrize("top, name", ANALYSES)
+def test_the_committed_analysis_is_what_the_rows_give(top, name):
   """results/<name>/analysis.json recomputed from the committed rows: the same numbers, the
-  same sources (`python -m el_jax.experiment --config=experiments/<name>/config.py:cpu
+  same sources (`python -m el_jax.experiment --config=<top>/<name>/config.py:cpu
   --stage=analyze` rewrites it)."""
-  cfg, out = _committed(name)
+  cfg, out = _committed(name, top)
   with open(os.path.join(out, "analysis.json")) as f:
     committed = json.load(f)
   src = sources.Sources(out, root=ROOT)
-  fresh = json.loads(json.dumps({**_module(name, "analysis").analyze(src, cfg),
+  fresh = json.loads(json.dumps({**_module(name, "analysis", top).analyze(src, cfg),
                                  "sources": src.read}))
   _close(fresh, committed)
 
 
 def test_the_analyses_run_without_jax(tmp_path):
   """Every analysis module, imported and run in a process where importing JAX (or Flax,
-  Optax, orbax) fails: NumPy only."""
+  Optax, orbax) fails: NumPy only (experiments and tools)."""
   code = f"""
 import importlib, importlib.abc, json, sys
 class Block(importlib.abc.MetaPathFinder):
@@ -106,9 +111,9 @@ class Block(importlib.abc.MetaPathFinder):
 sys.meta_path.insert(0, Block())
 sys.path.insert(0, {ROOT!r})
 from el_jax.report import sources
-for name in {NAMES!r}:
-  cfg = importlib.import_module(f"experiments.{{name}}.config").get_config("cpu")
-  mod = importlib.import_module(f"experiments.{{name}}.analysis")
+for top, name in {ANALYSES!r}:
+  cfg = importlib.import_module(f"{{top}}.{{name}}.config").get_config("cpu")
+  mod = importlib.import_module(f"{{top}}.{{name}}.analysis")
   mod.analyze(sources.Sources(cfg.results_dir, root={ROOT!r}), cfg)
 print("ok")
 """
@@ -148,9 +153,9 @@ def test_no_experiment_parses_its_own_command_line():
   assert not scripts, f"scripts beside the experiment folders: {scripts}"
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_every_section_names_its_page_and_is_on_it(name):
-  with open(os.path.join(EXPERIMENTS, name, "page.md")) as f:
+@pytest.mark.parametrize("top, name", ANALYSES)
+def test_every_section_names_its_page_and_is_on_it(top, name):
+  with open(os.path.join(ROOT, top, name, "page.md")) as f:
     first = f.readline()
   page = first.removeprefix("{# page:").removesuffix("#}\n").strip()
   assert page in render.PAGES, (f"experiments/{name}/page.md: its first line names its page, "

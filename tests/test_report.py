@@ -86,13 +86,15 @@ def test_changing_a_number_in_an_analysis_changes_the_page(tmp_path):
   after, _ = render.render_page(render.environment(str(root)), "seed003_linear_ntp", str(root))
   assert after != before
   assert "cos(W_k, W_mm) = 0.123" in " ".join(after.split())
-  # --check names exactly the changed page, one line
+  # --check names exactly the changed page and the README (its index quotes that number), one
+  # line each
   proc = subprocess.run([sys.executable, "-m", "el_jax.report", "--check", "--root", str(root)],
                         capture_output=True, text=True)
   assert proc.returncode == 1
   lines = proc.stderr.strip().splitlines()
-  assert len(lines) == 1 and "seed003_linear_ntp.md" in lines[0], proc.stderr
-  assert "python -m el_jax.report" in lines[0]
+  assert len(lines) == 2, proc.stderr
+  assert "seed003_linear_ntp.md" in lines[0] and lines[1].startswith("README.md"), proc.stderr
+  assert all("python -m el_jax.report" in line for line in lines)
   # writing fixes it
   assert render.main(["--root", str(root)]) == 0
   assert render.main(["--check", "--root", str(root)]) == 0

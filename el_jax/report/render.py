@@ -211,6 +211,21 @@ def sections(root=ROOT):
   return out
 
 
+_INCLUDE_ANY = re.compile(r"""\{%-?\s*include\s+["']([\w.-]+/index\.md)["']""")
+
+
+def index_rows(root=ROOT):
+  """Every `experiments/<name>/index.md` (and tools'): an experiment's row(s) of the README's
+  index table; one that `_readme_index.md` does not include is appended to the table."""
+  out = []
+  for top in (EXPERIMENTS, TOOLS):
+    base = os.path.join(root, top)
+    if os.path.isdir(base):
+      out += [f"{n}/index.md" for n in sorted(os.listdir(base))
+              if os.path.isfile(os.path.join(base, n, "index.md"))]
+  return out
+
+
 def unincluded(page, root=ROOT):
   """The sections that name `page` but that its template does not include (appended)."""
   with open(os.path.join(root, TEMPLATES, f"{page}.md")) as fh:
@@ -284,7 +299,13 @@ def readme_with_index(root=ROOT):
     raise ReportError(f"{README}: expected one line {INDEX_BEGIN!r} and one {INDEX_END!r} around "
                       f"the index table")
   ctx = _Page(root, Analyses(root), _legacy_results(root))
-  table = render_template(environment(root), f"{README_INDEX}.md", ctx).strip("\n")
+  env = environment(root)
+  table = render_template(env, f"{README_INDEX}.md", ctx).strip("\n")
+  with open(os.path.join(root, TEMPLATES, f"{README_INDEX}.md")) as fh:
+    included = set(_INCLUDE_ANY.findall(fh.read()))
+  for extra in index_rows(root):
+    if extra not in included:
+      table += "\n" + render_template(env, extra, ctx).strip("\n")
   head, rest = text.split(begins[0])
   _, tail = rest.split(INDEX_END)
   return head + INDEX_BEGIN + "\n" + table + "\n" + INDEX_END + tail

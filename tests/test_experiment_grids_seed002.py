@@ -1,5 +1,5 @@
-"""experiments/mlm_flatness.py (Figure 1 / 3), adversarial_pretraining.py and
-flatness_copy_task.py on `el_jax.run.grid`, at test size: each writes the grid's rows (its runs,
+"""experiments/mlm_flatness.py (Figure 1 / 3) and adversarial_pretraining.py on
+`el_jax.run.grid`, at test size: each writes the grid's rows (its runs,
 in the row schema) beside its measurements; a row's per-seed numbers are those of
 `runner.run_or_reuse` of its config trained afresh, and are pinned (tests/pins.py); the
 measurements (Tr(H), probes, pilots, comparisons) are the numbers the scripts gave before
@@ -33,8 +33,6 @@ MLM_ARGV = ["--figure=training", "--language=pcfg", "--size=test", "--tasks=A",
             "--fisher_samples=4", "--hutchinson_probes=2", "--chunk=4", "--probe_train=64",
             "--probe_valid=32", "--probe_test=32", "--probe_epochs=3"]
 ADV_ARGV = ["--size=test", "--weights=0.3", "--d2_draws=2", "--seeds=0,1"]
-FC_ARGV = ["--size=test", "--seeds", "0", "1", "--steps=8", "--every=8", "--probes=2",
-           "--batches=2", "--fisher_samples=2", "--lanczos_steps=3"]
 
 # The pre-grid scripts' numbers with these arguments ({path in the JSON: value}), under the
 # suite's settings (conftest.py), which give the same numbers on any x86-64 CPU with AVX2
@@ -95,21 +93,6 @@ ADV_PINS = {
         1.475659430027008,
     ("lookup_table", "probe", "A", "test_acc"): [0.21875, 0.15625, 0.25, 0.25, 0.09375],
     ("lookup_table", "probe", "B", "test_acc"): [0.09375, 0.03125, 0.15625, 0.09375, 0.0625],
-}
-# (run, seed): at the end (step 8, the one measurement) Tr(H), its stderr, Tr(F), the top
-# eigenvalue, the training CE and mean margin; then the discrete fitted fraction, test EM (hard)
-# and test CL (all).
-FC_PINS = {
-    ("ce", "0"): (194.92141723632812, 36.99858791646649, 27.53887939453125, 13.157512021759638,
-                  3.294448137283325, -0.14561665058135986, 0.125, 0.0, 0.041666666666666664),
-    ("ce", "1"): (205.63153839111328, 45.00969947550195, 26.772828578948975, 13.434836262291995,
-                  3.299600839614868, -0.1824856996536255, 0.03125, 0.0, 0.03125),
-    ("e1_warmup", "0"): (160.56686782836914, 43.31690769419604, 82.19545364379883,
-                         30.35410619038732, 3.3811495304107666, -0.17741718888282776, 0.0625, 0.0,
-                         0.03125),
-    ("e1_warmup", "1"): (-290.9295196533203, 122.50974132186387, 101.43159484863281,
-                         9.728287337357463, 3.3603646755218506, -0.18715490400791168, 0.03125,
-                         0.0, 0.041666666666666664),
 }
 DISCRETE = {"sgd_lr", "sgd_step", "step", "test_acc", "chosen_weight"}
 
@@ -346,40 +329,6 @@ def test_adversarial_pretraining_one_seed_compares_probe_seeds():
                       ("--probe_lrs=0.001,fast", "--probe_lrs='0.001,fast'.*'fast'")):
     with pytest.raises(ValueError, match=match):
       ap.main(["--size=test", "--runs=/nonexistent/never", flag])
-
-
-@pytest.mark.all_devices  # the flatness measurements on 8 devices; as fast as on one
-@pytest.mark.plots
-def test_flatness_copy_task_grid_at_test_size(tmp_path):
-  """CE and E1 + warmup (the demo's sweep) as one grid measured by the training loop; the
-  per-seed trajectories as before; the CE row against a direct run. Each run draws its
-  flatness plot (the suite's EL_JAX_PLOTS is 0 elsewhere)."""
-  fc = _script("flatness_copy_task")
-  out = fc.main(FC_ARGV + ["--out", str(tmp_path / "out"), "--workdir", str(tmp_path / "runs")])
-  with open(tmp_path / "out" / "copy_task.json") as f:
-    doc = json.load(f)
-  assert doc == json.loads(json.dumps(out, default=str))
-  rows = _check_rows(doc, ["ce", "e1_warmup"])
-  for label, r in rows.items():
-    assert r["seeds"] == [0, 1] and r["variant"] == "test"
-    assert r["workdir"] == os.path.join(str(tmp_path / "runs"), label)
-    assert r["overrides"]["flatness.every"] == 8 and r["config"]["progress"] is False
-    assert doc["results"][label]["overrides"] == fc.LOSSES[label]
-    assert doc["results"][label]["seconds"] == r["seconds"]
-    assert os.path.getsize(os.path.join(r["workdir"], "flatness.png")) > 1000, label
-  assert doc["meta"]["config"] == "configs/copy_task.py:test"
-  for (run, seed), want in FC_PINS.items():
-    s = doc["results"][run]["per_seed"][seed]
-    assert s["converged_step"] is None and [f["step"] for f in s["flatness"]] == [8]
-    f, t, e = s["final"], s["final_train"], s["final_eval"]
-    got = [f["hessian_trace"], f["hessian_trace_stderr"], f["fisher_trace"], f["top_eigenvalue"],
-           t["ce"], t["margin_mean"]]
-    assert _close(got, list(want[:6])), (run, seed, got)
-    assert (t["fitted_frac"], e["test_em_hard"], e["test_cl_all"]) == want[6:], (run, seed)
-  assert _close(doc["answer"]["ce_final_hessian_trace"], [FC_PINS[("ce", s)][0] for s in "01"])
-  assert os.path.exists(tmp_path / "out" / "copy_task.png")
-  pins.check("flatness_copy_task/copy_task", doc["rows"])
-  _same_as_a_direct_run(rows["ce"], tmp_path / "direct")
 
 
 def _point(seed, step, trace, acc):

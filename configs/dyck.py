@@ -6,7 +6,7 @@ Run (CPU, about a minute per seed; float64, so JAX's 64-bit mode must be on):
   JAX_ENABLE_X64=1 python -m el_jax.main --config=configs/dyck.py:cpu --workdir=runs/dyck_noise \
       --config.data.label_noise=0.5
 
-experiments/dyck_flatness.py trains these runs (plain SGD and the label-noise arm, seeds
+experiments/dyck_flatness/ trains these runs (plain SGD and the label-noise arm, seeds
 0-2) through an `el_jax.run.grid.Grid` and measures the exact Tr(H), the top Hessian eigenvalue,
 the cancellation ratio and the downstream error on the checkpoints.
 

@@ -1,14 +1,9 @@
-"""The `dyck` task (el_jax.core.tasks.dyck, configs/dyck.py) and experiments/dyck_flatness.py on it.
+"""The `dyck` task (el_jax.core.tasks.dyck, configs/dyck.py).
 
-The task trains through el_jax's loop what the script's own loop trained before: checked
-here against the independent path `dyck_net.train_chunk` (a jitted scan that draws its
-minibatches inside), and by the script's numbers at a tiny size, pinned from the script
-before it went through the loop.
+The task trains through el_jax's loop what a hand-written loop trains: checked here against
+the independent path `dyck_net.train_chunk` (a jitted scan that draws its minibatches inside);
+experiments/dyck_flatness's test pins the experiment's numbers at a tiny size.
 """
-import importlib.util
-import json
-import os
-
 import jax
 import numpy as np
 import optax
@@ -23,7 +18,6 @@ from el_jax.core.data import dyck
 from el_jax.core.models import dyck_net as dn
 import reliability as rel  # tests/reliability.py
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOISE = 0.5
 
 
@@ -137,75 +131,3 @@ def test_bad_configs_are_refused_in_one_line(override, match):
   cfg = config_lib.get_config("dyck", "test", override)
   with jax.enable_x64(False), pytest.raises(ValueError, match=match):
     setup_lib.validate_config(cfg)
-
-
-# experiments/dyck_flatness.py at a tiny size, both arms. PINNED: what the script wrote with
-# these arguments before it trained through el_jax.run.train (its own loop, dyck_net.train_chunk;
-# identical to the last bit then, as at the smoke size --steps=2000 --seeds=0
-# --rf_width_factors=2). Per arm: per measured step (loss, Tr(H), lambda_max, cancellation
-# ratio, active neurons per input, downstream error at n = 4); final flattest rescaling (c, Tr(H)).
-TINY = ["--length=4", "--rf_width_factors=1", "--rf_seeds=1", "--hutchinson_probes=0",
-        "--ds_sizes=2,4", "--ds_draws=2", "--track_sizes=4", "--width=4", "--steps=20",
-        "--measure=0,10", "--seeds=0", "--lanczos_steps=3", "--label_noise=0.5"]
-PINNED = {
-    "sgd": ([(0, 0.5141324411112954, 0.18795223609311848, 0.09174952204497311,
-              1.602979259975882, 2.1666666666666665, 11.001713367420425),
-             (10, 0.5046004909056215, 0.15240843541463256, 0.07654955335146182,
-              1.6566785121710477, 1.9583333333333333, 12.847504571594817),
-             (20, 0.49855920467838183, 0.14844296885936237, 0.0685785964116615,
-              1.7825294062051251, 1.9166666666666667, 11.035898588135836)],
-            (2.485337001895784, 0.047952376775064816)),
-    "sgd_label_noise": ([(0, 0.5141324411112954, 0.18795223609311848, 0.09174952204497311,
-                          1.602979259975882, 2.1666666666666665, 11.001713367420425),
-                         (10, 0.5047606218388253, 0.15679087486995058, 0.07880025262901291,
-                          1.739790808537557, 2.0416666666666665, 9.682810005849774),
-                         (20, 0.4979783077218208, 0.15848261970496838, 0.06890702883496917,
-                          1.9384332597807619, 1.9583333333333333, 10.08357060531218)],
-                        (2.55492153540859, 0.04876317678437584)),
-}
-
-
-def _load_script():
-  spec = importlib.util.spec_from_file_location(
-      "dyck_flatness", os.path.join(ROOT, "experiments", "dyck_flatness.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
-
-
-def _keys(d):
-  return sorted(d)
-
-
-def test_the_script_at_a_tiny_size_writes_its_schema_and_the_pinned_numbers(tmp_path):
-  script = _load_script()
-  out = tmp_path / "out"
-  x64 = jax.config.jax_enable_x64
-  try:
-    script.main([*TINY, f"--out={out}"])  # switches JAX's 64-bit mode on (--x64=1)
-  finally:
-    jax.config.update("jax_enable_x64", x64)
-  got = json.load(open(out / "dyck_flatness.json"))
-  assert (out / "dyck_flatness.png").exists()
-  assert os.path.isdir(out / "runs" / "sgd_label_noise" / "seed_0" / "checkpoints" / "20")
-  # The schema of the committed results (results/dyck_flatness/), up to the flags.
-  ref = json.load(open(os.path.join(ROOT, "results", "dyck_flatness", "dyck_flatness.json")))
-  # `ran_on` (where the numbers were computed, issue 34) is new: the committed file predates it.
-  assert _keys(got) == sorted(set(_keys(ref)) | {"ran_on"}) and got["ran_on"]["platform"]
-  assert _keys(got["setting"]) == _keys(ref["setting"])
-  assert [_keys(c) for c in got["constructions"]] == [_keys(c) for c in ref["constructions"][:2]]
-  assert _keys(got["training"]) == _keys(ref["training"]) == sorted(PINNED)
-  for arm, (points, (c, trace)) in PINNED.items():
-    t, r = got["training"][arm], ref["training"][arm]
-    assert _keys(t) == _keys(r) and t["label_noise"] == (NOISE if "noise" in arm else 0.0)
-    run = t["runs"][0]
-    assert _keys(run) == _keys(r["runs"][0])
-    assert [_keys(p) for p in run["points"]] == [_keys(r["runs"][0]["points"][0])] * 3
-    assert [_keys(s) for s in t["summary"]] == [sorted(
-        [k for k in r["summary"][0] if not k.startswith("downstream_")] + ["downstream_4"])] * 3
-    measured = [(p["step"], p["loss"], p["trace"], p["lambda_max"], p["ratio"],
-                 p["active_per_input"], p["downstream"]["4"]) for p in run["points"]]
-    np.testing.assert_allclose(measured, points, rtol=1e-9, err_msg=arm)
-    f = run["final_flattest_rescaling"]
-    np.testing.assert_allclose([f["c"], f["trace"]], [c, trace], rtol=1e-9, err_msg=arm)
-  assert got["args"]["runs_dir"] == str(out / "runs")

@@ -77,6 +77,16 @@ PAPER = {
     "s002.t2.adversarial.acc": ("50.2 +- 1.0", "seed 002, Table 2"),
     "s002.thm61": ("no numbers, a theorem", "seed 002, Sec. 6, Theorem 6.1: the flattest "
                    "zero-loss solution is the 2-neuron count solution, which transfers"),
+    "s002.thm61.claim": ("Both the 2-neuron count solution and random-feature solutions reach "
+                         "zero MLM loss; the flattest zero-loss solution (minimum Tr(H)) has no "
+                         "cancellation between active neurons and its features give zero "
+                         "downstream error from a constant number of examples (one with tau > 0 "
+                         "and one with tau < 0), while random-feature solutions have larger "
+                         "Tr(H) and need more examples. The paper gives no numbers for this "
+                         "setting and no training experiment on it.",
+                         "seed 002 Sec. 6, Theorem 6.1, Lemmas D.1-D.4, Theorem D.6"),
+    "s002.thm61.trace_lower_bound": ("2 / sqrt(T) under our reading (1/2 squared loss, +-1 "
+                                     "targets)", "seed 002 Sec. 6, Lemmas D.1-D.4"),
     # Seed 003 is a summary page of Thrampoulidis, "Implicit optimization bias of next-token
     # prediction in linear models" (NeurIPS 2024, arXiv:2402.18551); the numbers below are the
     # full paper's, as the project's reference notes record them.

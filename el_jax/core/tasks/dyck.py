@@ -13,8 +13,7 @@ uniformly with replacement from the population and adds `data.label_noise` x Rad
 to their targets, from the key stream `el_jax.core.models.dyck_net.train_chunk` uses: key_0 =
 jax.random.key(10_000 + s), (key_{i+1}, k_idx, k_noise) = split(key_i, 3), the indices
 randint(k_idx, [B], 0, N), the signs rademacher(k_noise, [B]). So this task trains exactly
-what experiments/dyck_flatness.py's own loop trained before it went through el_jax.run.train
-(tests/test_dyck_task.py). A batch is {"z": [B, T, 2T], "y": [B]} (the model's inputs, not
+what a loop of `train_chunk` trains (tests/test_dyck_task.py). A batch is {"z": [B, T, 2T], "y": [B]} (the model's inputs, not
 the token layout of `el_jax.core.tasks.base`: the task's own step reads it).
 
 Model and objective (`Task.own_model`): `el_jax.core.models.dyck_net`, one attention layer and
@@ -144,7 +143,7 @@ class DyckTask(base.BatchSizeRows, base.Task):
     if flat is not None and flat.get("every", 0):
       raise ValueError(f"flatness.every={flat.every}: the loop's flatness hook measures a "
                        f"decoder's CE, not the Dyck model; set it to 0 (experiments/"
-                       f"dyck_flatness.py measures the exact Tr(H) of the saved checkpoints)")
+                       f"dyck_flatness/ measures the exact Tr(H) of the saved checkpoints)")
     base.check_int("train", t, "batch_size", 1, " (inputs per step, drawn with replacement)")
     base.check_int("train", t, "eval_batch_size", 1, " (inputs per evaluation call)")
 

@@ -291,6 +291,7 @@ def test_the_copy_task_sentences_hold():
   rows = t["rows"]
   page = _page()
   assert t["seed001_fixing"] == ["spherical_z", "spectral_decoupling"]
+  assert "Two of seed 001's losses, and E3, do what E1 does." in page  # the two above
   assert t["fixes_vs_ce"] == t["fixes_vs_ce_warmup"] == ["spherical_z", "spectral_decoupling",
                                                          "e1", "e3"]
   assert ("spherical Z-loss and spectral decoupling fix the hard strings as E1 + warmup and E3 "

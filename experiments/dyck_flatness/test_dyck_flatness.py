@@ -150,3 +150,7 @@ def test_the_page_says_what_the_analysis_gives():
   assert flat["width"] == 2240 and flat["trace"]["mean"] < end["trace"]["mean"]
   assert end["downstream_8"]["mean"] < flat["downstream"]["8"] / 5  # "transfer far better"
   assert "Training does not" in page and "Reproduced at CPU size: **partly**" in page
+  with open(os.path.join(ROOT, "README.md")) as f:
+    readme = f.read()
+  assert (f"count solution Tr(H) {count['trace']:.4f} = bound {a['trace_lower_bound']:.4f}, the "
+          "flattest; paper: the flattest is the count solution (no numbers)") in readme

@@ -313,6 +313,12 @@ def test_the_copy_task_sentences_hold():
   sz = rows["spherical_z"]["vs_ce_warmup"]
   assert stats.at_floor(sz["p_holm"], stats.p_floor("unpaired", 10, 10, m=11))
   assert f"Holm {sz['p_holm']:.2g} (floor of 10 vs 10, Holm over 11)) and untuned CE's" in page
+  with open(os.path.join(ROOT, "README.md")) as f:
+    readme = f.read()
+  assert (f"spherical Z + warmup {sz['mean_a']:.3f} vs CE + warmup {sz['mean_b']:.3f} hard-test EM "
+          f"(10 vs 10 seeds, Holm p {sz['p_holm']:.2g}; each tuned on validation, "
+          f"{a['select']['budget']['spherical_z']} / {a['ce_sweep']['candidates']} candidates)"
+          ) in readme
 
 
 def test_the_label_copy_sentences_hold():

@@ -1,1 +1,1 @@
-"""Seed 001's loss designs as baselines: does a loss already in use fix the copy task's hard strings as the E-losses do?"""
+"""Seed 001's loss designs as baselines: does a loss in use fix the copy task as the E-losses do?"""

@@ -137,6 +137,11 @@ def _label_copy_sentences(part):
           "keep_min_p_vs_ce_warmup": low(r["vs_ce_warmup"]["p_value"] for r in keep.values())}
 
 
+def _by_seed(row):
+  """{seed: hard-test EM} of a grid row."""
+  return {str(s): v for s, v in zip(row["seeds"], row["per_seed"][TEST_METRIC])}
+
+
 def _two_runs(src):
   """E1 + warmup against CE on KJV in this experiment and in the label_copy experiment's table:
   the two comparisons and E1's per-seed hard-test EM, by seed (None without that table)."""
@@ -145,10 +150,10 @@ def _two_runs(src):
   there = src.load("../label_copy/table.json")
   mine = {r["label"]: r for r in src.load("label_copy.json")["rows"]}
   row = next(r for r in there["rows"] if r["label"] == "kjv_pretrained_e1_warmup")
-  c = next(c for c in there["comparisons"]["test_em_hard"] if c["a"] == "kjv_pretrained_e1_warmup")
-  by_seed = lambda r: {str(s): v for s, v in zip(r["seeds"], r["per_seed"][TEST_METRIC])}  # noqa: E731
+  c = next(c for c in there["comparisons"]["test_em_hard"]
+           if c["a"] == "kjv_pretrained_e1_warmup")
   return {"two_runs": {"there": {k: c[k] for k in ("diff", "ci95", "p_value", "p_holm")},
-                       "there_e1_by_seed": by_seed(row), "here_e1_by_seed": by_seed(mine["e1"]),
+                       "there_e1_by_seed": _by_seed(row), "here_e1_by_seed": _by_seed(mine["e1"]),
                        "pretraining_valid_ce": there["pretraining"]["valid_ce_text"]}}
 
 

@@ -1,1 +1,1 @@
-"""Seed 003 on real text: is the King James Bible NTP-separable, at which d, and how close does GD get to the entropy?"""
+"""Seed 003 on real text: is the KJV NTP-separable, from which d, and how near does GD get to H?"""

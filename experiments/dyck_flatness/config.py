@@ -1,7 +1,6 @@
 r"""Seed 002, Sec. 6 / Theorem 6.1: flatness picks the transferable solution on a Dyck language.
 
-  OPENBLAS_NUM_THREADS=1 nice -n 5 python -m el_jax.experiment \
-      --config=experiments/dyck_flatness/config.py:cpu
+  OPENBLAS_NUM_THREADS=1 python -m el_jax.experiment --config=experiments/dyck_flatness/config.py:cpu
 
 The setting (`el_jax.core.data.dyck`, `el_jax.core.models.dyck_net`; assumptions in their
 docstrings): sentences uniform over the strings of length T with as many ( as ), one uniformly

@@ -75,6 +75,8 @@ PAPER = {
     "s002.t2.adversarial.trace": ("19.34 +- 0.92", "seed 002, Table 2: Tr(H) by App. B.1"),
     "s002.t2.adamw.acc": ("55.7 +- 0.6", "seed 002, Table 2: a probe accuracy, task not named"),
     "s002.t2.adversarial.acc": ("50.2 +- 1.0", "seed 002, Table 2"),
+    "s002.t2.adamw.loss": ("3.20", "seed 002, Table 2: pre-training loss"),
+    "s002.t2.adversarial.loss": ("3.20", "seed 002, Table 2: pre-training loss"),
     "s002.thm61": ("no numbers, a theorem", "seed 002, Sec. 6, Theorem 6.1: the flattest "
                    "zero-loss solution is the 2-neuron count solution, which transfers"),
     # Seed 003 is a summary page of Thrampoulidis, "Implicit optimization bias of next-token

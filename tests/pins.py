@@ -21,10 +21,10 @@ import numpy as np
 PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden", "experiment_rows.json")
 
 
-def _load():
-  if not os.path.exists(PATH):
+def _load(path=PATH):
+  if not os.path.exists(path):
     return {}
-  with open(PATH) as f:
+  with open(path) as f:
     return json.load(f)
 
 
@@ -35,18 +35,19 @@ def _per_seed(rows):
           for r in rows}
 
 
-def check(script, rows):
-  """The per-seed values of `rows` (grid rows) equal the pins of `script`."""
+def check(script, rows, path=PATH):
+  """The per-seed values of `rows` (grid rows) equal the pins of `script` in `path` (an
+  experiment folder keeps its own: experiments/<name>/pins.json)."""
   got = _per_seed(rows)
   if os.environ.get("EL_JAX_WRITE_PINS") == "1":
-    pins = _load()
+    pins = _load(path)
     pins[script] = got
-    os.makedirs(os.path.dirname(PATH), exist_ok=True)
-    with open(PATH, "w") as f:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
       json.dump(pins, f, indent=1, sort_keys=True)
       f.write("\n")
     return
-  pins = _load()
+  pins = _load(path)
   assert script in pins, f"no pins for {script}: run its test once with EL_JAX_WRITE_PINS=1"
   want = pins[script]
   assert sorted(got) == sorted(want), (script, sorted(got), sorted(want))

@@ -47,10 +47,6 @@ def test_the_papers_numbers_match_the_copies_the_scripts_wrote():
   for r in rows:
     if r["paper"] is not None:
       assert _num(report.PAPER[f"s000.t3.{r['label']}"][0]) == [r["paper"]]
-  lc = json.load(open(os.path.join(ROOT, "results/label_copy/table.json")))["paper_table2"]
-  for text, d in lc.items():
-    for loss, v in d.items():
-      assert _num(report.PAPER[f"s000.t2.{text}.{loss}"][0]) == [v]
   adv = json.load(open(os.path.join(ROOT, "results/adversarial_pretraining/table.json")))["paper"]
   for model, key in (("adamw", "adamw"), ("adversarial", "adversarial"),
                      ("lookup_table", "lookup")):

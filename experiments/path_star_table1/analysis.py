@@ -18,6 +18,11 @@ def _mmm(agg):
   return {k: agg[k] for k in ("mean", "min", "max")}
 
 
+def paper_mean(key):
+  """The mean of a Table 1 entry ("0.289 (0.123, 0.472)" -> 0.289)."""
+  return float(papers.entry(key)[0].split()[0])
+
+
 def _paper_key(graph, run):
   key = f"s000.t1.{graph}.{run}"
   return key if key in papers.PAPER else None
@@ -75,6 +80,8 @@ def _main(src):
                             "test_em_seeds": r["per_seed"]["test_em_all"]} for r in doc["rows"]},
       "train_ce": [{"graph": r["graph"], "run": r["run"], **_train_ce(r)} for r in doc["rows"]],
       "e1_train_ce_end": [min(e1_ends), max(e1_ends)] if e1_ends else None,
+      "paper_mean": {k: paper_mean(k) for k in (f"s000.t1.{g}.{r}" for g in GRAPHS
+                                                 for r in ("CE", "E1 + warmup"))},
       "ran_on": src.ran_on([MAIN]),
   }
 

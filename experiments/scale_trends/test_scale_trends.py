@@ -323,6 +323,7 @@ def test_the_path_star_size_sentences_hold():
   ce = t["series"]["e1_warmup_vs_ce"]["mean_b"]
   assert ce[2] < 0.497 and ce[2] < ce[0], ce
   assert t["at"]["4x256"]["vs_chance"]["ce"]["p_value"] == 0.125  # the number
+  assert "is above 0.05: this many seeds cannot tell an arm from 1/d by this test" in section
   vs = t["series"]["vs_chance"]
   assert (f"gives CE ({' / '.join(f'{x:.3f}' for x in vs['ce']['mean_a'])}) p "
           f"{' / '.join(f'{x:.2g}' for x in vs['ce']['p_value'])}") in section

@@ -34,7 +34,8 @@ def _per_seed(rows):
 
 
 def check(script, rows, path=PATH):
-  """The per-seed values of `rows` (grid rows) equal the pins of `script` in `path`."""
+  """The per-seed values of `rows` (grid rows) equal the pins of `script` in `path` (an
+  experiment folder keeps its own: experiments/<name>/pins.json)."""
   got = _per_seed(rows)
   if os.environ.get("EL_JAX_WRITE_PINS") == "1":
     pins = _load(path)

@@ -14,29 +14,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _script = reliability.experiment_script
 
 
-def test_train_ce_summary_is_the_seed_mean_over_each_window(tmp_path):
-  rng = np.random.default_rng(0)
-  steps = np.arange(25, 1001, 25)
-  ce = {(s, k): rng.random(len(steps)) for s in (0, 1, 2) for k in ("ce_decision", "ce_rest")}
-  with open(tmp_path / "metrics.jsonl", "w") as f:
-    for s in (0, 1, 2):
-      for i, t in enumerate(steps):
-        f.write(json.dumps({"seed": s, "step": int(t), "kind": "train",
-                            "ce_decision": ce[s, "ce_decision"][i],
-                            "ce_rest": ce[s, "ce_rest"][i]}) + "\n")
-        f.write(json.dumps({"seed": s, "step": int(t), "kind": "eval", "ce_decision": 99.0}) + "\n")
-  got = _script("path_star_table1").train_ce_summary(str(tmp_path), 1000)
-  for key, group in (("ce_decision", "decision"), ("ce_rest", "rest")):
-    both = np.mean([ce[s, key] for s in (0, 1, 2)], axis=0)
-    np.testing.assert_allclose(got[group]["end"], both[steps > 900].mean(), rtol=1e-12)
-    np.testing.assert_allclose(got[group]["end_minus_500"],
-                               both[(steps > 400) & (steps <= 500)].mean(), rtol=1e-12)
-  assert _script("path_star_table1").train_ce_summary(str(tmp_path / "gone"), 1000) is None
-  # A run shorter than 500 steps has no window 500 steps before its end: None, not NaN.
-  short = _script("path_star_table1").train_ce_summary(str(tmp_path), 450)
-  assert short["decision"]["end_minus_500"] is None and short["decision"]["end"] is not None
-
-
 def test_data_coverage_counts_easy_test_letters_seen_in_training():
   from el_jax.run.grid import make_config
   suite = _script("copy_task_suite")

@@ -47,15 +47,6 @@ def test_the_papers_numbers_match_the_copies_the_scripts_wrote():
   for r in rows:
     if r["paper"] is not None:
       assert _num(report.PAPER[f"s000.t3.{r['label']}"][0]) == [r["paper"]]
-  for r in json.load(open(os.path.join(ROOT, "results/path_star_table1/table1.json")))["rows"]:
-    if r["paper"] is not None:
-      p = r["paper"]
-      assert _num(report.PAPER[f"s000.t1.{r['graph']}.{r['run']}"][0]) == [p["mean"], p["min"],
-                                                                          p["max"]]
-  lc = json.load(open(os.path.join(ROOT, "results/label_copy/table.json")))["paper_table2"]
-  for text, d in lc.items():
-    for loss, v in d.items():
-      assert _num(report.PAPER[f"s000.t2.{text}.{loss}"][0]) == [v]
   emb = json.load(open(os.path.join(ROOT, "results/mlm_flatness/embedded_hmm.json")))["paper"]
   assert _num(report.PAPER["s002.fig5.trace"][0]) == emb["trace"]
   assert _num(report.PAPER["s002.fig5.probe"][0]) == emb["probe"]
@@ -298,45 +289,6 @@ def test_a_size_stopped_early_shares_its_architectures_random_init_row(tmp_path)
   names = [ln.split(" | ")[0][2:] for ln in table.splitlines()[2:]]
   assert "random init (size 128/2/4/512@1000), 2 models probe" in names, names
   assert "random init (size 128/2/4/512), 2 models probe" in names, names
-
-
-def test_the_trend_test_is_post_hoc_unless_its_runs_came_after_it(tmp_path):
-  """scale_trend_slope: a file whose `trend_test` says its test runs were made after the test
-  was fixed is read without "post hoc"; with equal budgets and 5 seeds nothing is held
-  against it; a file without it (the first runs) keeps "post hoc" and says why."""
-  rng = np.random.default_rng(0)
-  points = [("k=1", 55), ("k=2", 110), ("k=4", 220)]
-  rows = []
-  for i, (p, _) in enumerate(points):
-    rows.append({"label": f"{p} e1_warmup",
-                 "per_seed": {"test_em_hard": list(0.8 - 0.3 * i + 0.01 * rng.standard_normal(5))}})
-    rows.append({"label": f"{p} ce", "per_seed": {"test_em_hard": list(0.3 + 0.01 * rng.standard_normal(5))}})
-  cands = {m: ["a", "b", "c", "d"] for m in ("ce", "ce_warmup", "e1_warmup")}
-  doc = {"trend": [{"point": p, "x": x} for p, x in points], "rows": rows,
-         "test_metric": "test_em_hard", "candidates": cands,
-         "trend_test": {"fixed_before_test_runs": True}}
-  (tmp_path / report.RESULTS / "scale_trends").mkdir(parents=True)
-  path = tmp_path / report.RESULTS / "scale_trends" / "copy_task.json"
-  path.write_text(json.dumps(doc))
-  row = report.TABLES["scale_trend_slope"](report.Results(str(tmp_path)), "copy_task")
-  row = row.splitlines()[2]
-  assert "| falls |" in row and "post hoc" not in row, row
-  assert row.endswith("| nothing: fixed before its test runs, its conditions met |"), row
-  del doc["trend_test"]
-  doc["candidates"]["ce"] = ["a", "b"]
-  path.write_text(json.dumps(doc))
-  row = report.TABLES["scale_trend_slope"](report.Results(str(tmp_path)), "copy_task")
-  row = row.splitlines()[2]
-  assert "| falls, post hoc |" in row and "unequal tuning (4 vs 2 candidates)" in row, row
-  assert "test fixed after these runs" in row, row
-  # A design part-way through its points: no slope over fewer than 3, and the row says so.
-  doc["trend"] = doc["trend"][:2]
-  doc["test_seeds"] = {p: [7, 8, 9, 10, 11] for p, _ in points}
-  path.write_text(json.dumps(doc))
-  row = report.TABLES["scale_trend_slope"](report.Results(str(tmp_path)), "copy_task")
-  row = row.splitlines()[2]
-  assert row.startswith("| `copy_task` (`test_em_hard`) | k=1 / k=2 | - |"), row
-  assert row.endswith("| 2 of 3 points finished; the test needs 3 |"), row
 
 
 def test_probe_tables_show_every_task_of_a_file(tmp_path):

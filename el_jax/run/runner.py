@@ -113,7 +113,7 @@ def run_or_reuse(config, workdir, verbose=True, reuse_from=()):
 def pretrain_and_export(config, workdir, export_dir, verbose=True):
   """Trains (or reads back) a `gpt2`-preset `config` in `workdir` and writes its first seed
   in the Hugging Face GPT-2 layout to `export_dir` (unless already there): the checkpoint
-  that `model.pretrained` fine-tunes from (experiments/label_copy.py, scale_trends.py).
+  that `model.pretrained` fine-tunes from (experiments/label_copy/, experiments/scale_trends/).
   Returns the run's summary."""
   summary = run_or_reuse(config, workdir, verbose=verbose)
   if not os.path.exists(os.path.join(export_dir, pretrained.WEIGHTS_NAME)):

@@ -35,9 +35,11 @@ def test_docstring_names_command_time_folder_and_page(path):
 
 
 def test_every_results_folder_is_named_after_a_script_or_command():
-  scripts = {os.path.basename(p)[:-3] for p in SCRIPTS}
+  scripts = {os.path.basename(p)[:-3] for p in SCRIPTS} | {
+      n for n in os.listdir(os.path.join(ROOT, "experiments"))
+      if os.path.isfile(os.path.join(ROOT, "experiments", n, "__init__.py"))}
   # Folders of `python -m` commands rather than scripts in experiments/.
-  commands = {"demo": "el_jax.tools.demo", "bench": "el_jax.tools.bench", "flatness_bench": "el_jax.tools.flatness_bench",
+  commands = {"bench": "el_jax.tools.bench", "flatness_bench": "el_jax.tools.flatness_bench",
               "ntp_bench": "el_jax.tools.ntp_bench", "verify": "el_jax.tools.verify"}
   folders = {d for d in os.listdir(os.path.join(ROOT, "results"))
              if os.path.isdir(os.path.join(ROOT, "results", d))}

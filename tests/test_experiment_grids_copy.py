@@ -229,13 +229,3 @@ def test_select_on_the_committed_sweep_gives_the_committed_choice(tmp_path, caps
   assert got["chosen_run"] == "e1_lam1_warmup750" and "ce_chosen_run" not in got
   assert got["budget"] == {"e1": 6, "ce": 3}
 
-
-def test_the_demo_at_test_size_is_pinned(tmp_path):
-  """`make demo`'s grid on configs/copy_task.py:test (2 seeds): its rows are the pinned
-  numbers, and its comparisons are each run against CE."""
-  from el_jax.tools import demo
-  out = demo.run(variant="test", workdir=str(tmp_path), seeds=[0, 1])
-  assert [r["label"] for r in out["rows"]] == list(demo.demo_runs())
-  assert [(c["a"], c["b"]) for c in out["comparisons"][demo.COMPARE_METRIC]] == [
-      ("ce_warmup", "ce"), ("e1_warmup", "ce"), ("e1_warmup", demo.TUNED_CE)]
-  pins.check("demo/summary", out["rows"])

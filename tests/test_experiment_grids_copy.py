@@ -1,4 +1,4 @@
-"""experiments/copy_task_suite.py and experiments/copy_task_cpu_sweep.py on `el_jax.run.grid`, at
+"""experiments/copy_task_suite.py on `el_jax.run.grid`, at
 `--size=test`: the JSON they write has the grid's schema, its per-seed numbers are those of a
 direct `job.train_and_evaluate` of the same config (the scripts add nothing to them), and the
 comparisons carry Holm's adjustment over each table."""
@@ -33,29 +33,21 @@ def _in(tmp, fn):
     os.chdir(cwd)
 
 
-def _sweep_points(sweep):
-  return (sweep.name_of(next(sweep.points("scan", "test"))),
-          sweep.name_of(next(sweep.points("scan2", "test"))))
-
-
 def _forbidden(*a, **k):
   raise AssertionError("trained a run that should have been read back")
 
 
 @pytest.fixture(scope="module")
 def ran(tmp_path_factory):
-  """Both scripts at --size=test: two Table 3 runs (trained), Figure 1's k=1 runs (read back
-  from Table 3's), one run of each sweep stage (read back: Table 3's CE and E1 + warmup
-  runs are the same training) and the selection; and one direct training (once per
-  session)."""
-  suite, sweep = _script("copy_task_suite"), _script("copy_task_cpu_sweep")
+  """The script at --size=test: two Table 3 runs (trained), Figure 1's k=1 runs (read back
+  from Table 3's); and one direct training (once per session)."""
+  suite = _script("copy_task_suite")
   tmp, docs, direct = shared_fixtures.once_per_session(tmp_path_factory, "copy_grids", _build)
-  return tmp, suite, sweep, docs, direct
+  return tmp, suite, None, docs, direct
 
 
 def _build(tmp):
-  suite, sweep = _script("copy_task_suite"), _script("copy_task_cpu_sweep")
-  scan, scan2 = _sweep_points(sweep)
+  suite = _script("copy_task_suite")
 
   def go():
     suite.main(["--stage=table3", "--size=test", "--out=out", "--runs", *T3])
@@ -65,24 +57,11 @@ def _build(tmp):
     try:
       suite.main(["--stage=fig1_context", "--size=test", "--out=out", "--runs", "CE k=1",
                   "E1+warmup k=1"])
-      # The sweep's CE at one string per context and its E1, lam 1 + 750 (here 4) warmup
-      # steps train what Table 3's CE and E1 + warmup, lam=1 trained (with another evaluation
-      # cadence): their folders, where the sweep reads finished runs back (the older layout
-      # <stage>/<point>/<loss>), stand in for training them again.
-      shutil.copytree(t3["CE (no warmup)"]["workdir"], f"runs/sweep/scan/{scan}/ce")
-      shutil.copytree(t3["E1 + warmup, lam=1"]["workdir"],
-                      f"runs/sweep/scan2/{scan2}/e1_lam1_warmup750")
-      sweep.main(["--stage=scan", "--size=test", "--out=sweep", "--runs", f"{scan} ce"])
-      sweep.main(["--stage=scan2", "--size=test", "--out=sweep", "--runs",
-                  f"{scan2} e1_lam1_warmup750"])
-      sweep.main(["--stage=select", "--size=test", "--out=sweep"])
     finally:
       job.train_and_evaluate = train
   _in(tmp, go)
   docs = {name: json.load(open(tmp / path)) for name, path in (
-      ("table3", "out/table3.json"), ("fig1_context", "out/fig1_context.json"),
-      ("scan", "sweep/scan.json"), ("scan2", "sweep/scan2.json"),
-      ("selection", "sweep/selection.json"))}
+      ("table3", "out/table3.json"), ("fig1_context", "out/fig1_context.json"))}
   # A direct training of the script's "E1 + warmup, lam=1" run, in a fresh folder.
   row = _rows(docs["table3"])["E1 + warmup, lam=1"]
   cfg = grid_lib.make_config(row["config_name"], row["variant"], row["overrides"], row["seeds"])
@@ -98,7 +77,7 @@ def _rows(doc):
 
 def test_the_json_has_the_grid_schema(ran):
   tmp, suite, sweep, docs, _ = ran
-  for name in ("table3", "fig1_context", "scan", "scan2"):
+  for name in ("table3", "fig1_context"):
     doc = docs[name]
     assert set(doc) >= {"rows", "comparisons", "stage", "size", "variant", "command"}
     assert doc["stage"] == name and doc["size"] == "test" and doc["variant"] == "test"
@@ -111,8 +90,7 @@ def test_the_json_has_the_grid_schema(ran):
         if k in r["aggregate"]:
           assert r["aggregate"][k] == stats.aggregate([{k: float(v)} for v in col])[k]
       assert r["workdir"].startswith("runs" + os.sep)
-    pins.check(f"copy_task_suite/{name}" if name in ("table3", "fig1_context")
-               else f"copy_task_cpu_sweep/{name}", doc["rows"])
+    pins.check(f"copy_task_suite/{name}", doc["rows"])
   # rows in the table's order, with the script's extra fields
   t3 = docs["table3"]["rows"]
   assert [r["label"] for r in t3] == [l for l, _, _ in suite.runs("table3", "test") if l in T3]
@@ -120,15 +98,6 @@ def test_the_json_has_the_grid_schema(ran):
     assert r["paper"] == {l: p for l, _, p in suite.TABLE3}[r["label"]]
     assert r["data_coverage"] == suite.data_coverage(r["overrides"], "test")
     assert r["overrides"]["data.context_len"] == 11  # one string per context, as at cpu size
-  scan_point, scan2_point = _sweep_points(sweep)
-  (scan,), (scan2,) = docs["scan"]["rows"], docs["scan2"]["rows"]
-  assert scan["label"] == f"{scan_point} ce" and scan["loss"] == "ce"
-  assert scan["point"] == scan_point == "context_len=11_embed_dim=16_num_layers=2_num_steps=8"
-  assert scan["overrides"] == {"data.context_len": 11, "model.embed_dim": 16,
-                               "model.num_layers": 2, "train.num_steps": 8, "loss.name": "ce"}
-  assert scan2["overrides"] == {"data.context_len": 11, "train.num_steps": 8, "loss.name": "e1",
-                                "loss.e1.lam": 1.0, "optim.warmup_steps": 4}
-  assert docs["scan"]["comparisons"] == {} and docs["scan2"]["comparisons"] == {}
   for p in ("out/table3.png", "out/fig1.png"):
     assert (tmp / p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -142,17 +111,6 @@ def test_per_seed_numbers_are_a_direct_training_of_the_same_config(ran):
   for label, t3_label in (("CE k=1", "CE (no warmup)"), ("E1+warmup k=1", "E1 + warmup, lam=1")):
     assert fig1[label]["per_seed"] == t3[t3_label]["per_seed"]
     assert fig1[label]["workdir"] == t3[t3_label]["workdir"]
-  # The sweep's rows are the numbers of the finished runs it read back (same training as
-  # Table 3's, with another evaluation cadence), from where it found them.
-  scan_point, scan2_point = _sweep_points(sweep)
-  for doc, label, folder in ((docs["scan"], "CE (no warmup)", f"runs/sweep/scan/{scan_point}/ce"),
-                             (docs["scan2"], "E1 + warmup, lam=1",
-                              f"runs/sweep/scan2/{scan2_point}/e1_lam1_warmup750")):
-    (row,) = doc["rows"]
-    assert runner.same_training(config_lib.flatten(row["config"]),
-                                config_lib.flatten(t3[label]["config"]))
-    assert row["config"]["train"]["eval_every"] != t3[label]["config"]["train"]["eval_every"]
-    assert row["per_seed"] == t3[label]["per_seed"] and row["workdir"] == folder
 
 
 def test_comparisons_are_stats_compare_with_holm_over_the_table(ran):
@@ -167,16 +125,6 @@ def test_comparisons_are_stats_compare_with_holm_over_the_table(ran):
   assert [c["p_holm"] for c in comps] == stats.holm([c["p_value"] for c in comps])
   (c,) = docs["fig1_context"]["comparisons"]["test_em_hard"]
   assert (c["a"], c["b"], c["p_holm"]) == ("E1+warmup k=1", "CE k=1", c["p_value"])
-
-
-def test_selection_is_the_best_validation_mean(ran):
-  _, _, sweep, docs, _ = ran
-  sel = docs["selection"]
-  (e1,) = docs["scan2"]["rows"]  # the scan's one run is CE: not a candidate
-  assert sel["context_len"] == 11 and sel["seeds"] == [0, 1]
-  assert sel["candidates"] == {"e1_lam1_warmup750": e1["aggregate"]["valid_em_hard"]["mean"]}
-  assert sel["chosen_run"] == "e1_lam1_warmup750"
-  assert sel["chosen_overrides"] == {"loss.name": "e1", "loss.e1.lam": 1.0, "optim.warmup_steps": 4}
 
 
 def test_a_second_run_reuses_the_rows_without_training(ran, tmp_path, monkeypatch):
@@ -195,8 +143,8 @@ def test_a_second_run_reuses_the_rows_without_training(ran, tmp_path, monkeypatc
 
 
 def test_flags(tmp_path, capsys):
-  suite, sweep = _script("copy_task_suite"), _script("copy_task_cpu_sweep")
-  for mod, stage in ((suite, "table3"), (sweep, "scan")):
+  suite = _script("copy_task_suite")
+  for mod, stage in ((suite, "table3"),):
     with pytest.raises(SystemExit) as e:  # a partial grid never overwrites the committed JSON
       mod.main([f"--stage={stage}", "--runs", "x"])
     assert e.value.code == 2 and "give --out" in capsys.readouterr().err
@@ -215,17 +163,4 @@ def test_test_size_scales_the_cpu_grid():
   assert [o for _, o, _ in suite.runs("table3", "cpu")] == [lo for _, lo, _ in suite.TABLE3]
   assert [o for _, o, _ in suite.runs("table3", "test")][0] == {
       "data.context_len": 11, "loss.name": "e1", "loss.e1.lam": 2.0}
-
-
-def test_select_on_the_committed_sweep_gives_the_committed_choice(tmp_path, capsys):
-  sweep = _script("copy_task_cpu_sweep")
-  committed = os.path.join(ROOT, "results", "copy_task_cpu_sweep")
-  for stage in ("scan", "scan2", "scan3"):
-    shutil.copy(os.path.join(committed, f"{stage}.json"), tmp_path)
-  got = sweep.select(str(tmp_path))
-  assert got == json.load(open(os.path.join(committed, "selection.json")))
-  os.remove(tmp_path / "scan3.json")  # without CE's extra settings: E1's choice alone
-  got = sweep.select(str(tmp_path))
-  assert got["chosen_run"] == "e1_lam1_warmup750" and "ce_chosen_run" not in got
-  assert got["budget"] == {"e1": 6, "ce": 3}
 

@@ -4,7 +4,7 @@ paper's effect shows, and E1's (and CE's) setting chosen on the validation split
   python -m el_jax.experiment --config=experiments/copy_task_cpu_sweep/config.py:scan     # 20 runs
   python -m el_jax.experiment --config=experiments/copy_task_cpu_sweep/config.py:scan2    # 8 runs
   python -m el_jax.experiment --config=experiments/copy_task_cpu_sweep/config.py:scan3    # 3 runs
-  python -m el_jax.experiment --config=experiments/copy_task_cpu_sweep/config.py:select   # the choice
+  python -m el_jax.experiment --config=experiments/copy_task_cpu_sweep/config.py:select  # choice
 
 Each stage is one grid of `configs/copy_task.py:cpu` runs (CE, CE + warmup and E1 + warmup at
 several lam, warmup lengths and learning rates; scan also at 4 strings per context) on model

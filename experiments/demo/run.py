@@ -40,7 +40,8 @@ def make_grid(config):
 
 def format_table(rows):
   """Rows: run x split x group; columns EM and CL as mean (min, max) over seeds."""
-  lines = [f"{'loss':12s} {'split':5s} {'group':5s}  {'EM mean (min, max)':24s}  CL mean (min, max)"]
+  head = f"{'loss':12s} {'split':5s} {'group':5s}  {'EM mean (min, max)':24s}  CL mean (min, max)"
+  lines = [head]
   for row in rows:
     agg = row["aggregate"]
     for split in ("train", "valid", "test"):

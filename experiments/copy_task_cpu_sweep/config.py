@@ -15,8 +15,8 @@ highest mean hard-string EM on the **validation** split at one string per contex
 best setting on the same metric with as many candidates (scan3 gives CE its extra three);
 test numbers are never used. It is written to selection.json, which `sweep()` of
 configs/copy_task.py (the demo's runs) must match. `cpu` runs the three stages in turn. Wall
-time about 1 h per stage of 20 / 8 runs of 2 seeds on the 2-core development machine (an Intel
-Xeon). Expected: E1 with lam 1 and 750 warmup steps (validation 0.695), CE with 750 warmup
+time about 1 h per stage of 20 / 8 runs of 2 seeds on the 2-core development machine (its CPU
+not recorded). Expected: E1 with lam 1 and 750 warmup steps (validation 0.695), CE with 750 warmup
 steps (0.300); at 4 strings per context every run is near chance on hard test strings.
 
 Variants: `cpu` (the three stages), `scan`, `scan2`, `scan3` (one stage each), `select` (no

@@ -25,8 +25,8 @@ the same context / width on hard-test EM (`analysis.comparisons`: one Holm famil
 * fig1_width: width 256 and 512 at k in {1, 8}, CE and E1 + warmup. Paper Fig. 1b: the worst
   wide runs reach 1/26.
 
-Wall time on the 2-core development machine (an Intel Xeon): Table 3 83 min, the context
-stage 66 min. Expected: Table 3 E1 + warmup lam 1 0.688 against CE 0.408 and warmup alone
+Wall time on the 2-core development machine (its CPU not recorded), beside other jobs: Table 3
+83 min, the context stage 66 min. Expected: Table 3 E1 + warmup lam 1 0.688 against CE 0.408 and warmup alone
 0.415 (hard-test EM); Figure 1 CE 0.408 at k = 1 and 0.05-0.08 from k = 2 on, E1 + warmup no
 better there; widths 256 and 512 do not fit their training strings in 1500 steps.
 

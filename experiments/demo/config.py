@@ -10,11 +10,13 @@ same fixed dataset with the variant's model seeds (2-11 at cpu); prints the tabl
 group x (EM, CL) as mean (min, max) over seeds and each run against CE on hard test strings
 (difference, bootstrap 95% interval, permutation p, Holm over the family), and writes
 results/demo/ (summary.json, summary.png, loss_easy_hard.png, analysis.json; each run's folder,
-not committed). A killed run resumes from its checkpoints; finished runs are read back. Wall
-time on a 2-core Intel Xeon: the 30 trainings 490-650 s (8-11 min with the install). Expected:
-every run fits every training string; hard-test EM E1 + warmup 0.688 against CE 0.408 (p at
-the floor of 10 vs 10 seeds) and CE + warmup 0.415 (no gain from warmup alone); on another CPU
-the per-seed numbers move by a few hundredths (0.694 / 0.407 / 0.407), the conclusions not.
+not committed); at cpu it then regenerates the pages (`--stage=run` only trains). A killed run
+resumes from its checkpoints; finished runs are read back. Wall time: the 30 trainings 490 s on
+a 2-core Intel Xeon, up to 650 s on other 2-core machines (8-11 min with the install).
+Expected: every run fits every training string; hard-test EM E1 + warmup 0.688 against CE
+0.408 (p at the floor of 10 vs 10 seeds) and CE + warmup 0.415 (no gain from warmup alone); on
+another CPU the per-seed numbers move by a few hundredths (0.694 / 0.407 / 0.407), the
+conclusions not.
 
 Variants: `cpu` (`make demo`), `paper` (the same three runs on configs/copy_task.py:paper,
 L_c = 5, L_p = 2000, 4 x 1024, seeds 0-9, for an accelerator; not run; into results/demo_paper,

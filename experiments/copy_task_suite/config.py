@@ -26,9 +26,10 @@ the same context / width on hard-test EM (`analysis.comparisons`: one Holm famil
   wide runs reach 1/26.
 
 Wall time on the 2-core development machine (its CPU not recorded), beside other jobs: Table 3
-83 min, the context stage 66 min. Expected: Table 3 E1 + warmup lam 1 0.688 against CE 0.408 and warmup alone
-0.415 (hard-test EM); Figure 1 CE 0.408 at k = 1 and 0.05-0.08 from k = 2 on, E1 + warmup no
-better there; widths 256 and 512 do not fit their training strings in 1500 steps.
+83 min, the context stage 66 min. Expected: Table 3 E1 + warmup lam 1 0.688 against CE 0.408
+and warmup alone 0.415 (hard-test EM); Figure 1 CE 0.408 at k = 1 and 0.05-0.08 from k = 2 on,
+E1 + warmup no better there; width 512 (and CE at 256 with k = 8) does not fit its training
+strings in 1500 steps.
 
 Variants: `cpu` (the three stages), `table3`, `fig1_context`, `fig1_width` (one each),
 `paper` (the same grids at the paper's sizes: Table 3 on configs/copy_task.py:paper, L_c = 5,

@@ -29,14 +29,13 @@ import sys
 import numpy as np
 
 from el_jax.run import cli
-from el_jax.tools import demo
 from el_jax.run import grid as grid_lib
 from el_jax.infra import metrics as metrics_lib
 from el_jax.infra import plots
 from el_jax.infra import workdir as wd
 
 # The CE and E1 + warmup runs of `make demo` (configs/copy_task.py sweep()).
-LOSSES = {k: v for k, v in demo.demo_runs().items() if k in ("ce", "e1_warmup")}
+LOSSES = {k: v for k, v in grid_lib.sweep_runs("copy_task").items() if k in ("ce", "e1_warmup")}
 KEYS = ("hessian_trace", "fisher_trace", "top_eigenvalue")
 SIZES = ("cpu", "test")
 

@@ -1,4 +1,4 @@
-"""The experiment runner shared by `el_jax.tools.demo`, every script in `experiments/` and the tests.
+"""The experiment runner shared by `experiments/`, the entry points and the tests.
 
   from el_jax.run import runner
   cfg = config.get_config("copy_task", "cpu", {"loss.name": "e1", "seeds": (2, 3)})

@@ -31,7 +31,7 @@ pyc: $(STAMP)
 	$(PY) -m compileall -q -j 0 el_jax experiments configs >/dev/null
 
 demo: $(STAMP) pyc
-	$(PY) -m el_jax.tools.demo --workdir=results/demo
+	$(PY) -m el_jax.experiment --config=experiments/demo/config.py:cpu
 
 # Two workers for the 2-core machines the suite is sized for (a third was slower on the whole
 # suite, 1302 s against 1204 s on a Cascade Lake, though faster on the reliability files alone:

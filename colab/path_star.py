@@ -45,7 +45,7 @@
 # inside E1's warmup). The environment variable `EL_JAX_NOTEBOOK_VARIANT` overrides it.
 # `"paper"` (GPT-mini, 200,000 graphs, 100,000 steps per run) needs an accelerator runtime.
 # The whole table (G(2,3) and G(5,3), the CE + warmup control, 5 seeds, permutation tests) is
-# `experiments/path_star_table1.py`.
+# `experiments/path_star_table1/`.
 
 # %%
 EL_JAX_REPO = ""  # <- set this to your el_jax repository URL (git clone URL), e.g. https://github.com/<you>/el_jax.git
@@ -96,7 +96,7 @@ SEEDS = (0, 1) if VARIANT == "cpu" else None
 # (shipped with el_jax: data.test_file="reference"; the `test` variant reads the first 40).
 GRAPH = {"data.degree": 2, "data.path_len": 3, "data.num_nodes": 50,
          "data.test_file": "reference"}
-# experiments/path_star_table1.py's runs "CE" (the config's warmup: the reference's 100
+# experiments/path_star_table1/'s runs "CE" (the config's warmup: the reference's 100
 # steps) and "E1 + warmup" (lam 1, 1000 warmup steps): label -> (workdir name, overrides).
 RUNS = {"CE": ("ce", {"loss.name": "ce"}),
         "E1 + warmup": ("e1_warmup", {"loss.name": "e1", "loss.e1.lam": 1.0,
@@ -176,7 +176,7 @@ print(f"chance on the decision token: 1/d = {1 / c.data.degree:.3f}")
 # ## What came out at CPU size
 #
 # **At CPU size every run sits at 1/d: the paper's result does not come out.** The committed
-# CPU run of Table 1 (`experiments/path_star_table1.py --size=cpu`, seeds 0-4,
+# CPU run of Table 1 (`experiments/path_star_table1/config.py:cpu`, seeds 0-4,
 # `results/path_star_table1/table1.json`; README, "Path-star graphs: Table 1") gives test EM,
 # mean (min, max):
 #

@@ -12,7 +12,7 @@ Variants:
   paper_lc1  L_c=1, L_p=50 (string length 55): the context-length sweep of Fig. 1
              (set data.context_len to 55*k; batch_strings stays fixed).
   cpu        the `make demo` setting; the E1 + warmup run of `sweep()` was chosen on the
-             validation split by experiments/copy_task_cpu_sweep.py (model seeds 0, 1).
+             validation split by experiments/copy_task_cpu_sweep/ (model seeds 0, 1).
   test       tiny, seconds; used by the unit tests and notebooks.
 
 Expected result (cpu, `make demo`, model seeds 2-11): every run fits every training string;
@@ -111,10 +111,9 @@ def sweep(add):
   """The demo's comparison: CE, CE + warmup (the warmup-only control) and E1 + warmup.
 
   lam = 1 and 750 warmup steps (half of the `cpu` run) were chosen by
-  `experiments/copy_task_cpu_sweep.py --stage=select` on the validation split
-  (model seeds 0 and 1; results/copy_task_cpu_sweep/selection.json, which a
-  test checks against this function). The CE + warmup control uses the same
-  warmup length.
+  experiments/copy_task_cpu_sweep/ on the validation split (model seeds 0 and 1;
+  results/copy_task_cpu_sweep/selection.json, which a test checks against this
+  function). The CE + warmup control uses the same warmup length.
   """
   add(**{"loss.name": "ce"})
   add(**{"loss.name": "ce", "optim.warmup_steps": 750})

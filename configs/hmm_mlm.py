@@ -29,7 +29,7 @@ issue 34).
 
 Adversarial pretraining (Table 1's protocol, which the paper runs on its PCFG; el_jax.core.adversarial):
 --config.adversarial.enabled=True adds the meta-learning term on task-10;
-experiments/adversarial_pretraining.py --language=hmm runs both arms and measures them.
+experiments/adversarial_pretraining/ (its hmm_sharp variant) runs both arms and measures them.
 
 Expected (cpu, seed 0; measured on the shared 2-core CPU, results are deterministic):
 valid gap (mlm_loss - true_entropy) 0.013 and KL 0.012 nats after 3000 steps (1.64 at

@@ -2,7 +2,7 @@ r"""Masked-LM pretraining on the LM-sampled language (seed 002, Sec. 3.1; App. A
 
 Sentences of a decoder restricted to its K most frequent tokens, with exact conditionals
 (el_jax.core.data.lm_language: what "top-K" means here, the sampler and the cost). Run (CPU;
-the generator is the small GPT-2 that experiments/label_copy.py pretrains, or make it
+the generator is the small GPT-2 that experiments/label_copy/ pretrains, or make it
 with the two commands of configs/text_lm.py):
 
   python -m el_jax.main --config=configs/lm_mlm.py:cpu --workdir=runs/lm_mlm
@@ -18,7 +18,7 @@ Variants:
          2000 forward passes of 24 tokens each (~2.5e17 FLOP, ~2 h on an H100): an
          accelerator's job.
          Paper (OPT): optimal loss 1.865.
-  cpu    the small GPT-2 of experiments/label_copy.py (2 x 128, GPT-2's vocabulary),
+  cpu    the small GPT-2 of experiments/label_copy/ (2 x 128, GPT-2's vocabulary),
          K = 200 (model vocabulary 202, as the PCFG's), 24 tokens; Table 3's 128 x 4
          layers encoder, batch 64, 3000 steps (configs/pcfg_mlm.py's cpu recipe), 100k
          training sentences, 1000 valid / 1000 test / 1000 training sentences evaluated.
@@ -39,7 +39,7 @@ from el_jax.run import config_blocks as blocks
 
 VARIANTS = ("paper", "cpu", "test")
 
-# The small GPT-2 that experiments/label_copy.py pretrains and exports (its GPT2_DIR).
+# The small GPT-2 that experiments/label_copy/ pretrains and exports (runs/label_copy/small_gpt2).
 SMALL_GPT2 = "runs/label_copy/small_gpt2"
 
 

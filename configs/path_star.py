@@ -16,7 +16,7 @@ Variants:
          schedule are the reference repository's (its README command trains 100k steps). Paper Table 1 (greedy exact match on the test set): G(2,3) CE 0.289
          (0.123, 0.472), E1 + warmup 0.655 (0.486, 0.976); G(5,3) CE 0.001 (0.000, 0.005),
          E1 + warmup 0.117 (0.094, 0.139).
-  cpu    the CPU version of Table 1 (`python experiments/path_star_table1.py --size=cpu`:
+  cpu    the CPU version of Table 1 (`experiments/path_star_table1/`, variant `cpu`:
          CE, CE + 1000 warmup, E1 + 1000 warmup, 30 runs): 2 x 128 model, batch 32, 2500
          steps, 50k graphs. Expected (measured, seeds 0-4): every run at the Clever-Hans 1/d,
          no significant difference: G(2,3) 0.498 / 0.498 / 0.498, G(5,3) 0.198 / 0.198 / 0.202

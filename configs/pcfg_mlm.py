@@ -18,7 +18,7 @@ Variants:
   test   tiny, seconds; used by the unit tests.
 
 Adversarial pretraining (Table 1; `el_jax.core.adversarial`): --config.adversarial.enabled=True
-adds the meta-learning term; experiments/adversarial_pretraining.py runs Tables 1-2.
+adds the meta-learning term; experiments/adversarial_pretraining/ runs Tables 1-2.
 
 Expected (cpu, seed 0; measured on the shared 2-core CPU, results are deterministic):
 valid gap (mlm_loss - true_entropy) 0.288 and KL 0.281 nats after 3000 steps (1.17 at

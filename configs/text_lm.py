@@ -6,9 +6,9 @@ Run (CPU) and export it in the Hugging Face layout that `model.pretrained` reads
   python -m el_jax.tools.export_gpt2 --export_run=runs/label_copy/text_lm \
       --config=configs/text_lm.py:cpu --out=runs/label_copy/small_gpt2
 
-`experiments/label_copy.py` does both. The texts are every distinct KJV verse and
-Shakespeare sentence except those in any split of the label-copy `cpu` variant (for both
-corpora), GPT-2 BPE tokens packed into rows of 64 (el_jax.core.tasks.text_lm).
+`experiments/label_copy/` (its `pretrain` variant) does both. The texts are every distinct
+KJV verse and Shakespeare sentence except those in any split of the label-copy `cpu` variant
+(for both corpora), GPT-2 BPE tokens packed into rows of 64 (el_jax.core.tasks.text_lm).
 
 Variants:
   cpu   2 x 128 gpt2 preset (the size of configs/label_copy.py:cpu, so its `model.pretrained`
@@ -19,7 +19,7 @@ Variants:
   test  tiny, seconds; used by the unit tests.
 
 Expected (cpu, seed 0): see the label-copy section of the README (valid CE and perplexity
-of the run `experiments/label_copy.py` made; results/label_copy/table.json "pretraining").
+of the run `experiments/label_copy/` made; results/label_copy/table.json "pretraining").
 """
 import ml_collections
 

@@ -1,17 +1,15 @@
-"""Pinned test-size numbers of the experiment scripts (tests/golden/experiment_rows.json).
+"""Pinned test-size numbers of the experiment scripts (tests/golden/experiment_rows.json, or
+an experiment folder's own pins file).
 
 Each tests/test_experiment_grids_*.py runs its script at test size and calls
-`check(script, rows)` with the grid rows it wrote: every per-seed value must equal the pinned
+`check(script, rows)` with the grid rows it wrote (an experiment folder's test
+`check(name, rows, path=<its pins.json>)`): every per-seed value must equal the pinned
 one (relative tolerance 1e-6, as the golden one-step test), so a refactor that changes a
 number fails here. The pins were written by the same tests with `EL_JAX_WRITE_PINS=1`, on the
 code of issue 22 (whose migrations were checked equal to the scripts before el_jax.run.grid, at
 test size, when they were made); rewrite them that way only for a change meant to change
 numbers, and say so in the commit. They hold under the suite's settings (conftest.py),
-on any x86-64 CPU with AVX2 and FMA (docs/testing.md, "Across CPUs"); the
-`adversarial_pretraining/table` rows were rewritten when the suite's own process moved to LLVM
-optimisation level 0 (issue 24) and when it moved to the cross-CPU settings (issue 34), the
-only rows that moved both times; their test keeps the suite's 8 devices (`all_devices`: the
-one-device rows written on a Cascade Lake did not hold on a Zen 5).
+on any x86-64 CPU with AVX2 and FMA (docs/testing.md, "Across CPUs").
 """
 import json
 import os
@@ -21,10 +19,10 @@ import numpy as np
 PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden", "experiment_rows.json")
 
 
-def _load():
-  if not os.path.exists(PATH):
+def _load(path=PATH):
+  if not os.path.exists(path):
     return {}
-  with open(PATH) as f:
+  with open(path) as f:
     return json.load(f)
 
 
@@ -35,18 +33,19 @@ def _per_seed(rows):
           for r in rows}
 
 
-def check(script, rows):
-  """The per-seed values of `rows` (grid rows) equal the pins of `script`."""
+def check(script, rows, path=PATH):
+  """The per-seed values of `rows` (grid rows) equal the pins of `script` in `path` (an
+  experiment folder keeps its own: experiments/<name>/pins.json)."""
   got = _per_seed(rows)
   if os.environ.get("EL_JAX_WRITE_PINS") == "1":
-    pins = _load()
+    pins = _load(path)
     pins[script] = got
-    os.makedirs(os.path.dirname(PATH), exist_ok=True)
-    with open(PATH, "w") as f:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
       json.dump(pins, f, indent=1, sort_keys=True)
       f.write("\n")
     return
-  pins = _load()
+  pins = _load(path)
   assert script in pins, f"no pins for {script}: run its test once with EL_JAX_WRITE_PINS=1"
   want = pins[script]
   assert sorted(got) == sorted(want), (script, sorted(got), sorted(want))

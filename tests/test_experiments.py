@@ -6,6 +6,7 @@ import ast
 import importlib
 import json
 import math
+import re
 import os
 import shutil
 import subprocess
@@ -52,8 +53,13 @@ def test_every_experiment_is_a_folder_of_its_parts(name):
 @pytest.mark.parametrize("name", NAMES)
 def test_every_variant_of_every_experiment_config_loads(name):
   mod = _module(name, "config")
-  assert mod.__doc__ and "python -m el_jax.experiment" in mod.__doc__, (
+  doc = mod.__doc__ or ""
+  assert f"python -m el_jax.experiment --config=experiments/{name}/config.py" in doc, (
       f"experiments/{name}/config.py: its docstring gives the command")
+  assert re.search(r"\d[\d.,]*\s*(s|min|minutes|h|hours)\b", doc), (
+      f"experiments/{name}/config.py: its docstring gives the wall time")
+  assert mod.get_config("cpu").results_dir.startswith(f"results/{name}"), (
+      f"experiments/{name}: the cpu variant writes under results/{name}/")
   assert set(REQUIRED_VARIANTS) <= set(mod.VARIANTS), (name, mod.VARIANTS)
   for variant in mod.VARIANTS:
     cfg = mod.get_config(variant)
@@ -226,3 +232,15 @@ def test_a_folder_that_is_not_an_experiment_is_a_one_line_error(tmp_path):
   assert proc.returncode == 2
   assert proc.stderr.strip().count("\n") == 0, proc.stderr
   assert "experiments/<name>/config.py" in proc.stderr
+
+
+def test_every_results_folder_belongs_to_an_experiment_or_a_tool():
+  """results/<name>/ is written by experiments/<name>/ or tools/<name>/ (or, until it moves,
+  a script experiments/<name>.py)."""
+  owners = set(NAMES) | set(TOOL_NAMES) | {n[:-3] for n in NOT_YET_MOVED}
+  if os.path.isdir(TOOLS):
+    owners |= {n for n in os.listdir(TOOLS) if os.path.isdir(os.path.join(TOOLS, n))}
+  folders = {d for d in os.listdir(os.path.join(ROOT, "results"))
+             if os.path.isdir(os.path.join(ROOT, "results", d))}
+  legacy_commands = {"demo", "bench", "flatness_bench", "ntp_bench", "verify"}  # until moved
+  assert folders <= owners | legacy_commands, sorted(folders - owners - legacy_commands)

@@ -170,7 +170,7 @@ def test_rows_trained_quietly_stay_in_the_file_of_a_partial_run(ran, tmp_path, m
   """The experiments set `progress` through `configure`, so a stored row and its declared run
   can differ in it alone: the row is the same run's, reused, and a write part-way through
   (after each run) keeps the rows of the runs not reached yet: a kill then loses nothing
-  (experiments/scale_trends.py)."""
+  (experiments/scale_trends/)."""
   tmp, _, rows, _ = ran
   doc = json.load(open(tmp / "out" / "table.json"))
   for r in doc["rows"]:

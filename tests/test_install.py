@@ -332,6 +332,10 @@ def test_extras_table_matches_pyproject():
       assert where.get(_norm(dist)) == (extra or ""), (module, dist, extra)
 
 
+# The checkout's own packages of experiment and tool folders (run from a clone, not installed).
+CHECKOUT_PACKAGES = ("experiments", "tools")
+
+
 def _third_party_imports(paths):
   """{top-level module: [file:line]} of the non-stdlib, non-local imports in `paths`."""
   out = {}
@@ -346,7 +350,8 @@ def _third_party_imports(paths):
         continue
       for name in names:
         top = name.split(".")[0]
-        if top not in sys.stdlib_module_names and top != "el_jax" and top not in local:
+        if (top not in sys.stdlib_module_names and top not in ("el_jax", *CHECKOUT_PACKAGES)
+            and top not in local):
           out.setdefault(top, []).append(f"{path.relative_to(ROOT)}:{node.lineno}")
   return out
 
@@ -364,7 +369,7 @@ def test_every_import_is_declared():
     found = [where[_norm(d)] for d in dists.get(module, ()) if _norm(d) in where]
     return found[0] if found else None
 
-  files = [p for d in ("el_jax", "configs", "tests", "colab", "experiments")
+  files = [p for d in ("el_jax", "configs", "tests", "colab", "experiments", "tools")
            for p in sorted((ROOT / d).rglob("*.py"))]
   # torch and transformers are no dependency of el_jax: they are the PyTorch side of the speed
   # comparisons, run where they are installed (experiments/bench_vs_torch.py in a virtual

@@ -10,10 +10,14 @@ import pytest
 from el_jax.run import grid as grid_lib
 from el_jax.run import job
 from el_jax.infra import provenance
-from el_jax import report
+from el_jax.report import formats
+from el_jax.report import render
+from el_jax.report import sources
 from el_jax.run import runner
 from el_jax.infra import workdir as wd
 from el_jax.run import config as config_lib
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 GPU = {"platform": "gpu", "device_kind": "NVIDIA H200", "device_count": 1, "jax": "0.11.2",
        "matmul_precision": "default", "cpu": "Intel(R) Xeon(R) Processor", "cpu_flags": []}
@@ -84,41 +88,54 @@ def test_a_workdir_of_another_platform_is_refused_not_reused(finished, tmp_path,
   assert runner.finished_summary(cfg, path) is not None  # this platform's: reused
 
 
-def test_every_results_table_says_where_it_ran(tmp_path):
-  res = tmp_path / "results"
-  (res / "a").mkdir(parents=True)
-  (res / "a" / "old.json").write_text(json.dumps({"rows": [{"x": 1}]}))
-  (res / "a" / "new.json").write_text(json.dumps({"rows": [{"x": 1, "ran_on": GPU}],
-                                                  "more": {"ran_on": GPU}}))
-  R = report.Results(str(tmp_path))
-  assert report.ran_on_line(R, {"a/new.json"}) == (
+def test_a_tables_ran_on_line_names_every_machine_its_files_recorded(tmp_path):
+  res = tmp_path / "results" / "a"
+  res.mkdir(parents=True)
+  (res / "old.json").write_text(json.dumps({"rows": [{"x": 1}]}))
+  (res / "new.json").write_text(json.dumps({"rows": [{"x": 1, "ran_on": GPU}],
+                                            "more": {"ran_on": GPU}}))
+  src = sources.Sources(str(res), root=str(tmp_path))
+  assert formats.ran_on(src.ran_on(["new.json"])) == (
       "*Ran on: gpu: 1 x NVIDIA H200 (jax 0.11.2, matmul default).*")
-  assert report.ran_on_line(R, {"a/old.json"}) == f"*Ran on: {report.UNRECORDED}.*"
-  both = report.ran_on_line(R, {"a/old.json", "a/new.json"})
-  assert "NVIDIA H200" in both and report.UNRECORDED in both
+  assert formats.ran_on(src.ran_on(["old.json"])) == f"*Ran on: {sources.UNRECORDED}.*"
+  both = src.ran_on(["old.json", "new.json"])
+  assert any("NVIDIA H200" in m for m in both) and sources.UNRECORDED in both
   # a file some of whose rows record no machine (kept from before it was recorded) says so
-  (res / "a" / "mixed.json").write_text(json.dumps({"rows": [{"x": 1, "ran_on": GPU},
-                                                             {"x": 2}]}))
-  mixed = report.ran_on_line(report.Results(str(tmp_path)), {"a/mixed.json"})
-  assert "NVIDIA H200" in mixed and report.UNRECORDED in mixed
-  # the scale-trend choice table's scores are the tuning runs': its line is the tuning file's
-  R = report.Results()
-  choice = report._fill_one(R, "table: scale_trend_choice path_star")
-  tune = report.ran_on_line(R, {"scale_trends/path_star_tune.json"})
-  assert choice.splitlines()[-1] == tune
-  assert tune != report.ran_on_line(R, {"scale_trends/path_star.json"})
-  # and every table of the committed pages ends with the line
-  R = report.Results()
-  n = 0
-  for page in report.PAGES:
-    with open(os.path.join(report.ROOT, report.TEMPLATES, f"{page}.md")) as fh:
-      tpl = fh.read()
-    for m in report._PLACEHOLDER.finditer(tpl):
-      raw = " ".join(m.group(1).split())
-      if raw.startswith("table:"):
-        R.last_read = set()
-        out = report._fill_one(R, raw)
-        if out.lstrip().startswith("|"):  # a Markdown table (not an inline value: p_at, ...)
-          assert out.splitlines()[-1].startswith("*Ran on: "), raw
-          n += 1
-  assert n > 40
+  (res / "mixed.json").write_text(json.dumps({"rows": [{"x": 1, "ran_on": GPU}, {"x": 2}]}))
+  mixed = sources.Sources(str(res), root=str(tmp_path)).ran_on(["mixed.json"])
+  assert any("NVIDIA H200" in m for m in mixed) and sources.UNRECORDED in mixed
+  assert src.read == ["results/a/new.json", "results/a/old.json"]
+
+
+def _section_templates():
+  out = [os.path.join(ROOT, "docs", "results", "templates", f"{p}.md") for p in render.PAGES]
+  for top in ("experiments", "tools"):
+    base = os.path.join(ROOT, top)
+    out += [os.path.join(base, n, f) for n in sorted(os.listdir(base))
+            for f in ("page.md", "index.md") if os.path.isfile(os.path.join(base, n, f))]
+  return out
+
+
+def test_every_results_table_says_where_it_ran():
+  """Every table of a results section whose rows come from an analysis (a Markdown header,
+  then a `{% for %}` loop) is followed by its "Ran on" line (`{{ ... | ran_on }}`)."""
+  n, missing = 0, []
+  for path in _section_templates():
+    lines = open(path).read().splitlines()
+    for i in range(len(lines) - 2):
+      if not (lines[i].startswith("|") and re.match(r"^\|[-:|]+\|$", lines[i + 1])
+              and lines[i + 2].lstrip().startswith("{%")):
+        continue
+      if os.path.basename(path) == "index.md":
+        continue
+      j = i + 2
+      while j < len(lines) and (lines[j].startswith(("|", "{%")) or not lines[j].strip()):
+        if "ran_on" in lines[j]:
+          break
+        j += 1
+      if j < len(lines) and "ran_on" in lines[j]:
+        n += 1
+      else:
+        missing.append(f"{os.path.relpath(path, ROOT)}:{i + 1}")
+  assert not missing, "tables without a '| ran_on' line after them: " + ", ".join(missing)
+  assert n >= 3

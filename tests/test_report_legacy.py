@@ -43,28 +43,6 @@ def _num(s):
 
 def test_the_papers_numbers_match_the_copies_the_scripts_wrote():
   """report.PAPER (typed from the seed texts) against the `paper` fields some JSON carry."""
-  rows = json.load(open(os.path.join(ROOT, "results/copy_task_suite/table3.json")))["rows"]
-  for r in rows:
-    if r["paper"] is not None:
-      assert _num(report.PAPER[f"s000.t3.{r['label']}"][0]) == [r["paper"]]
-  for r in json.load(open(os.path.join(ROOT, "results/path_star_table1/table1.json")))["rows"]:
-    if r["paper"] is not None:
-      p = r["paper"]
-      assert _num(report.PAPER[f"s000.t1.{r['graph']}.{r['run']}"][0]) == [p["mean"], p["min"],
-                                                                          p["max"]]
-  lc = json.load(open(os.path.join(ROOT, "results/label_copy/table.json")))["paper_table2"]
-  for text, d in lc.items():
-    for loss, v in d.items():
-      assert _num(report.PAPER[f"s000.t2.{text}.{loss}"][0]) == [v]
-  adv = json.load(open(os.path.join(ROOT, "results/adversarial_pretraining/table.json")))["paper"]
-  for model, key in (("adamw", "adamw"), ("adversarial", "adversarial"),
-                     ("lookup_table", "lookup")):
-    t1 = adv["table1"][model]
-    assert _num(report.PAPER[f"s002.t1.{key}.loss"][0]) == [t1["loss"]]
-    assert _num(report.PAPER[f"s002.t1.{key}.A"][0]) == [x for x in t1["A"] if x is not None]
-    assert _num(report.PAPER[f"s002.t1.{key}.B"][0]) == [x for x in t1["B"] if x is not None]
-  for model in ("adamw", "adversarial"):
-    assert _num(report.PAPER[f"s002.t2.{model}.trace"][0]) == adv["table2"][model]["trace"]
   emb = json.load(open(os.path.join(ROOT, "results/mlm_flatness/embedded_hmm.json")))["paper"]
   assert _num(report.PAPER["s002.fig5.trace"][0]) == emb["trace"]
   assert _num(report.PAPER["s002.fig5.probe"][0]) == emb["probe"]
@@ -170,9 +148,6 @@ def test_claims_follow_their_numbers(tmp_path):
   assert report.TABLES["flatness_bench_verdict"](report.Results(str(root)), "short").startswith(
       "the probe target (<= 1.5x) is met at both batches")
   R = report.Results(str(root))
-  # Figure 1 width at p = 0.4 over 3 vs 3: not a gain.
-  assert "not distinguishable (+0.123, p = 0.4)" in report.TABLES["fig1_width_claim"](
-      R, "E1+warmup", "256")
   # B.1 against Hutchinson: no ratio while Hutchinson's estimate is within 2 stderr of 0.
   assert "no ratio" in report.TABLES["b1_vs_hutchinson"](R, "training_pcfg.json", "0")
   assert "a ratio of" in report.TABLES["b1_vs_hutchinson"](R, "training_hmm.json", "0")
@@ -304,45 +279,6 @@ def test_a_size_stopped_early_shares_its_architectures_random_init_row(tmp_path)
   assert "random init (size 128/2/4/512), 2 models probe" in names, names
 
 
-def test_the_trend_test_is_post_hoc_unless_its_runs_came_after_it(tmp_path):
-  """scale_trend_slope: a file whose `trend_test` says its test runs were made after the test
-  was fixed is read without "post hoc"; with equal budgets and 5 seeds nothing is held
-  against it; a file without it (the first runs) keeps "post hoc" and says why."""
-  rng = np.random.default_rng(0)
-  points = [("k=1", 55), ("k=2", 110), ("k=4", 220)]
-  rows = []
-  for i, (p, _) in enumerate(points):
-    rows.append({"label": f"{p} e1_warmup",
-                 "per_seed": {"test_em_hard": list(0.8 - 0.3 * i + 0.01 * rng.standard_normal(5))}})
-    rows.append({"label": f"{p} ce", "per_seed": {"test_em_hard": list(0.3 + 0.01 * rng.standard_normal(5))}})
-  cands = {m: ["a", "b", "c", "d"] for m in ("ce", "ce_warmup", "e1_warmup")}
-  doc = {"trend": [{"point": p, "x": x} for p, x in points], "rows": rows,
-         "test_metric": "test_em_hard", "candidates": cands,
-         "trend_test": {"fixed_before_test_runs": True}}
-  (tmp_path / report.RESULTS / "scale_trends").mkdir(parents=True)
-  path = tmp_path / report.RESULTS / "scale_trends" / "copy_task.json"
-  path.write_text(json.dumps(doc))
-  row = report.TABLES["scale_trend_slope"](report.Results(str(tmp_path)), "copy_task")
-  row = row.splitlines()[2]
-  assert "| falls |" in row and "post hoc" not in row, row
-  assert row.endswith("| nothing: fixed before its test runs, its conditions met |"), row
-  del doc["trend_test"]
-  doc["candidates"]["ce"] = ["a", "b"]
-  path.write_text(json.dumps(doc))
-  row = report.TABLES["scale_trend_slope"](report.Results(str(tmp_path)), "copy_task")
-  row = row.splitlines()[2]
-  assert "| falls, post hoc |" in row and "unequal tuning (4 vs 2 candidates)" in row, row
-  assert "test fixed after these runs" in row, row
-  # A design part-way through its points: no slope over fewer than 3, and the row says so.
-  doc["trend"] = doc["trend"][:2]
-  doc["test_seeds"] = {p: [7, 8, 9, 10, 11] for p, _ in points}
-  path.write_text(json.dumps(doc))
-  row = report.TABLES["scale_trend_slope"](report.Results(str(tmp_path)), "copy_task")
-  row = row.splitlines()[2]
-  assert row.startswith("| `copy_task` (`test_em_hard`) | k=1 / k=2 | - |"), row
-  assert row.endswith("| 2 of 3 points finished; the test needs 3 |"), row
-
-
 def test_probe_tables_show_every_task_of_a_file(tmp_path):
   """--tasks=10,6: mlm_training gives a probe column per task and mlm_sanity a table per task,
   each with that task's numbers (not the first task's twice)."""
@@ -374,12 +310,9 @@ def test_probe_tables_show_every_task_of_a_file(tmp_path):
 
 
 def test_the_pcfg_probe_sentences_hold_for_every_model():
-  """The seed-002 page says that every trained PCFG model probes below its own random init
-  (Figure 3's task C; Tables 1-2's tasks A and B, both arms), that Tables 1-2's trained models
-  are below task B's majority class, and that each adversarial model is below its seed's
-  equal-loss AdamW checkpoint on both tasks with a larger Tr(H) B.1 ("in every pair"), and
-  where the lookup table's probe sits: each checked here against the committed JSON, model
-  by model."""
+  """The seed-002 page says that every trained PCFG model of Figure 3 probes below its own
+  random init on task C: checked here against the committed JSON, model by model (Tables 1-2's
+  sentences: experiments/adversarial_pretraining)."""
   res = os.path.join(ROOT, report.RESULTS)
   fig3 = json.load(open(os.path.join(res, "mlm_flatness", "training_pcfg.json")))
   last = max(p["sgd_step"] for p in fig3["points"])
@@ -387,34 +320,7 @@ def test_the_pcfg_probe_sentences_hold_for_every_model():
     if p["sgd_step"] == last:
       init = fig3["sanity"]["C"]["random_init"][str(p["seed"])]["test_acc_mean"]
       assert p["probe"]["C"]["test_acc_mean"] < init, p["seed"]
-  adv = json.load(open(os.path.join(res, "adversarial_pretraining", "table.json")))
-  m, sanity = adv["models"], adv["sanity"]
-  for arm in ("adamw", "adamw_matched", "adversarial"):
-    for seed, row in m[arm]["seeds"].items():
-      for task in ("A", "B"):
-        assert row["probe"][task]["test_acc_mean"] < \
-            sanity[task]["random_init"][seed]["test_acc_mean"], (arm, seed, task)
-      assert row["probe"]["B"]["test_acc_mean"] < sanity["B"]["majority"], (arm, seed)
-  look = adv["lookup_table"]["probe"]
-  for arm in ("adamw", "adamw_matched", "adversarial"):  # "better than every trained model"
-    for seed, row in m[arm]["seeds"].items():
-      assert look["B"]["test_acc_mean"] > row["probe"]["B"]["test_acc_mean"], (arm, seed)
-  for arm in ("adamw", "adamw_matched"):  # "worse than every AdamW model on task A"
-    for seed, row in m[arm]["seeds"].items():
-      assert look["A"]["test_acc_mean"] < row["probe"]["A"]["test_acc_mean"], (arm, seed)
-  for seed, a in m["adversarial"]["seeds"].items():
-    ref = m["adamw_matched"]["seeds"][seed]
-    for task in ("A", "B"):
-      assert a["probe"][task]["test_acc_mean"] < ref["probe"][task]["test_acc_mean"]
-    assert a["trace_b1"] > ref["trace_b1"], seed
-  _assert_page_says("seed002_flatness.md",
-      "Every trained model, of both arms, probes below its own random initialisation",
-      "on task B the trained models are below the majority class",
-      "Transfer at equal loss: lower in every pair",
-      "Tr(H): higher for the adversarial models in every pair",
-      "Every trained model's task-C probe",
-      "lookup table probes worse than every AdamW model on task A",
-      "better than every trained model on task B")
+  _assert_page_says("seed002_flatness.md", "Every trained model's task-C probe")
 
 
 def test_the_hmm_size_sentences_hold():
@@ -542,40 +448,6 @@ def test_the_pcfg_100k_continuation_sentences_hold(arm):
   _assert_page_says("seed002_flatness.md", *phrases)
   with open(os.path.join(ROOT, "README.md")) as f:
     assert "PCFG task A (100k probe), SGD / AdamW: Tr(H) -7.9 / +5.1 (inside its spread)" in f.read()
-
-
-def test_the_hmm_adversarial_sentences_hold():
-  """The seed-002 page's reading of Tables 1-2's protocol on the sharp HMM, from the committed
-  JSON: "every model of both arms probes above its random initialisation" (both tasks), "Tr(H)
-  is higher for the adversarial model in every pair" at a valid loss "lower than the normal
-  models'", "transfer is not lower" (both tasks' mean differences >= 0), "the adversary barely
-  acted" (its gradient under a tenth of the MLM gradient's, every seed), the larger weight
-  broke the tolerance and the chosen one kept it, and the lookup table probes above every
-  trained model."""
-  d = json.load(open(os.path.join(ROOT, report.RESULTS, "adversarial_pretraining",
-                                  "hmm_sharp_init0.1", "table.json")))
-  text = _page_text("seed002_flatness.md")
-  m, c = d["models"], d["comparisons"]["adversarial_vs_adamw"]
-  for (arm, t), x in report.adversarial_vs_random(d).items():
-    assert x["trained_above_random_in"] == x["n"] == 3, (arm, t)
-  assert c["trace_b1"]["n_up"] == 3 and c["valid_mlm_loss_diff"] < 0
-  assert all(a > b for a, b in zip(m["adversarial"]["mean"]["trace_b1"]["values"],
-                                   m["adamw"]["mean"]["trace_b1"]["values"]))
-  assert c["probe_10"]["diff"] >= 0 and c["probe_6"]["diff"] >= 0
-  for r in m["adversarial"]["seeds"].values():
-    assert r["training"]["last_tenth"]["adv_grad_norm"] < 0.1 * r["training"]["last_tenth"][
-        "grad_norm"]
-  p = d["pilot"]
-  assert p["chosen_weight"] == 0.3 and p["trials"]["0.3"]["within_tol"]
-  assert not p["trials"]["1"]["within_tol"] and not p["none_within_tol"]
-  lookup = min(d["lookup_table"]["probe"][t]["test_acc_mean"] for t in ("10", "6"))
-  assert all(lookup > v for arm in ("adamw", "adversarial") for t in ("10", "6")
-             for v in m[arm]["mean"][f"probe_{t}"]["values"])
-  for phrase in ("Every model of both arms probes above its random initialisation",
-                 "Tr(H) is higher for the adversarial model in every pair",
-                 "Transfer is not lower.", "The adversary barely acted",
-                 "The lookup table probes above both arms here"):
-    assert phrase in text, phrase
 
 
 def test_the_layer_by_layer_probe_sentences_hold():

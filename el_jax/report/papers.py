@@ -44,6 +44,11 @@ PAPER = {
     "s000.t3.E1 + warmup, lam=1, V=500": ("1.00", "seed 000, Table 3, App. A.2"),
     "s000.t3.E1 + warmup, lam=8": ("0.693", "seed 000, Table 3, App. A.2"),
     "s000.t3.Only warmup (CE)": ("0.246", "seed 000, Table 3, App. A.2"),
+    # Not a seed: the GPT-2 paper, whose models seed 000's Table 2 fine-tunes (the seed names
+    # neither the size nor the data of its "pretrained GPT-2").
+    "gpt2.webtext": ("about 40 GB of text", "Radford et al. 2019, Language Models are "
+                     "Unsupervised Multitask Learners (the GPT-2 paper), Sec. 2.1: WebText, "
+                     "the text of about 8 million web pages; not in seed 000"),
     # Seed 001 is a list of loss-design papers; it reports no numbers on these tasks.
     # Seed 002: "Same pre-training loss, better downstream".
     "s002.entropy.pcfg": ("3.196", "seed 002, Sec. 3.3, text on Fig. 2: entropy of the true "
@@ -75,6 +80,8 @@ PAPER = {
     "s002.t2.adversarial.trace": ("19.34 +- 0.92", "seed 002, Table 2: Tr(H) by App. B.1"),
     "s002.t2.adamw.acc": ("55.7 +- 0.6", "seed 002, Table 2: a probe accuracy, task not named"),
     "s002.t2.adversarial.acc": ("50.2 +- 1.0", "seed 002, Table 2"),
+    "s002.t2.adamw.loss": ("3.20", "seed 002, Table 2: pre-training loss"),
+    "s002.t2.adversarial.loss": ("3.20", "seed 002, Table 2: pre-training loss"),
     "s002.thm61": ("no numbers, a theorem", "seed 002, Sec. 6, Theorem 6.1: the flattest "
                    "zero-loss solution is the 2-neuron count solution, which transfers"),
     "s002.thm61.claim": ("Both the 2-neuron count solution and random-feature solutions reach "

@@ -133,7 +133,7 @@ def adversarial(arg, task):
   c.num_train = 80_000  # downstream training set D1, D2 are drawn from (downstream.pcfg_task / hmm_task)
   c.data_seed = 0  # seed of that training set and of the D1 / D2 draws
   if arg == "cpu":
-    c.weight = 0.3  # experiments/adversarial_pretraining.py chooses it on valid
+    c.weight = 0.3  # experiments/adversarial_pretraining/ chooses it on valid
     c.ridge = 1000.0  # ~0.7 x the mean squared feature norm at init (PCFG cpu encoder, 16 x 128)
     c.d1_size, c.d2_size = 32, 16
     c.num_train = 4000  # the probe's training set in the experiments

@@ -1,4 +1,4 @@
-"""The experiment runner shared by `el_jax.tools.demo`, every script in `experiments/` and the tests.
+"""The experiment runner shared by `experiments/`, the entry points and the tests.
 
   from el_jax.run import runner
   cfg = config.get_config("copy_task", "cpu", {"loss.name": "e1", "seeds": (2, 3)})
@@ -113,7 +113,7 @@ def run_or_reuse(config, workdir, verbose=True, reuse_from=()):
 def pretrain_and_export(config, workdir, export_dir, verbose=True):
   """Trains (or reads back) a `gpt2`-preset `config` in `workdir` and writes its first seed
   in the Hugging Face GPT-2 layout to `export_dir` (unless already there): the checkpoint
-  that `model.pretrained` fine-tunes from (experiments/label_copy.py, scale_trends.py).
+  that `model.pretrained` fine-tunes from (experiments/label_copy/, experiments/scale_trends/).
   Returns the run's summary."""
   summary = run_or_reuse(config, workdir, verbose=verbose)
   if not os.path.exists(os.path.join(export_dir, pretrained.WEIGHTS_NAME)):

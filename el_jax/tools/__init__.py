@@ -1,1 +1,1 @@
-"""Commands that are not paper results: the demo, speed benchmarks, paper-size plans, the accelerator check."""
+"""Commands that are not paper results: speed benchmarks, paper-size plans, the accelerator check."""

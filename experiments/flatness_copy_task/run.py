@@ -21,12 +21,11 @@ from el_jax.infra import metrics as metrics_lib
 from el_jax.infra import plots
 from el_jax.infra import workdir as wd
 from el_jax.run import grid as grid_lib
-from el_jax.tools import demo
 
 FILE = "copy_task.json"
 COMMAND = "python -m el_jax.experiment --config=experiments/flatness_copy_task/config.py"
 # The CE and E1 + warmup runs of `make demo` (configs/copy_task.py sweep()).
-LOSSES = {k: v for k, v in demo.demo_runs().items() if k in ("ce", "e1_warmup")}
+LOSSES = {k: v for k, v in grid_lib.sweep_runs("copy_task").items() if k in ("ce", "e1_warmup")}
 KEYS = ("hessian_trace", "fisher_trace", "top_eigenvalue")
 
 

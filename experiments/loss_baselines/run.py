@@ -32,6 +32,7 @@ from experiments.loss_baselines.config import (GRID, REFERENCE, SELECT_METRIC, S
                                                TEST_METRIC, point_name)
 
 COMMAND = "python -m el_jax.experiment --config=experiments/loss_baselines/config.py"
+PRETRAIN_COMMAND = "python -m el_jax.experiment --config=experiments/label_copy/config.py:pretrain"
 
 
 class StageError(ValueError):
@@ -188,8 +189,9 @@ def finished_choices(config, only):
 def _need_gpt2(config):
   def check():
     if config.lc_pretrained and not os.path.isdir(config.lc_pretrained):
-      raise StageError(f"{config.lc_pretrained} is missing: pretrain the label_copy "
-                       f"experiment's small GPT-2 first")
+      raise StageError(f"{config.lc_pretrained} is missing: pretrain the small GPT-2 first "
+                       f"(python -m el_jax.experiment --config=experiments/label_copy/"
+                       f"config.py:pretrain)")
   return check
 
 
@@ -212,7 +214,7 @@ def table(config):
   if pre and os.path.exists(os.path.join(pre, "summary.json")):  # the small GPT-2 label copy used
     summ = wd.read_json(os.path.join(pre, "summary.json"))
     res["pretraining"] = {
-        "command": "the label_copy experiment's pretraining", "workdir": pre,
+        "command": PRETRAIN_COMMAND, "workdir": pre,
         "train_seconds": next((r["time_s"] for r in reversed(metrics_lib.read_rows(pre))
                                if r.get("kind") == "train"), None),
         **{k: summ["aggregate"][k]["mean"] for k in ("valid_ce_text", "valid_ppl_text")}}

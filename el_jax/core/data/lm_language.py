@@ -14,7 +14,7 @@ from the joint probability, p(x) = prod_i p_LM(x_i | bos, x_<i). Here:
 
   generator  any decoder el_jax loads: a Hugging Face GPT-2 checkpoint directory
              (`el_jax.core.models.pretrained.load_gpt2`; `export_run` writes el_jax runs in that
-             layout, e.g. the small GPT-2 of experiments/label_copy.py), or "tiny-random",
+             layout, e.g. the small GPT-2 of experiments/label_copy/), or "tiny-random",
              a random tiny GPT-2 made in memory (`tiny_random_gpt2`, for tests). el_jax
              cannot load OPT (another architecture and checkpoint format); the released
              GPT-2 124M is the nearest model it loads.

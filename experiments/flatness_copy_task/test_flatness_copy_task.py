@@ -20,7 +20,7 @@ from experiments.flatness_copy_task import config as config_file
 from experiments.flatness_copy_task import run as run_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PINS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pins.json")  # pins.check
+PINS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pins.json")  # pins.check
 
 # (run, seed): at the end (step 8, the one measurement) Tr(H), its stderr, Tr(F), the top
 # eigenvalue, the training CE and mean margin; then the discrete fitted fraction, test EM (hard)
@@ -103,7 +103,7 @@ def test_the_grid_at_test_size(tmp_path):
     assert (t["fitted_frac"], e["test_em_hard"], e["test_cl_all"]) == want[6:], (run, seed)
   assert _close(doc["answer"]["ce_final_hessian_trace"], [PINS[("ce", s)][0] for s in "01"])
   assert os.path.exists(tmp_path / "out" / "copy_task.png")
-  pins.check("copy_task", doc["rows"], path=PINS)
+  pins.check("copy_task", doc["rows"], path=PINS_FILE)
   a = analysis.analyze(sources.Sources(cfg.results_dir, root=ROOT), cfg)
   assert a["trajectory"]["steps"] == [8] and a["runs"] == ["ce", "e1_warmup"]
   assert (a["trajectory"]["points"]["ce"][0]["hessian_trace"]

@@ -27,7 +27,7 @@ from experiments.loss_baselines import run as run_lib
 from experiments.loss_baselines.config import GRID, point_name
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PINS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pins.json")  # pins.check
+PINS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pins.json")  # pins.check
 OUT = os.path.join(ROOT, "results", "loss_baselines")
 # Validation scores written by hand (the `select` stage's output) for CE and focal, so that only
 # the `test` stage trains: CE without warmup, CE + warmup, focal + warmup (gamma 2.0 chosen).
@@ -82,7 +82,7 @@ def test_the_stage_writes_grid_rows_of_the_chosen_settings(staged):
   assert doc["stage"] == "test" and doc["metric"] == "test_em_hard"
   assert doc["command"] == run_lib.COMMAND and doc["comparisons"] == {}
   assert [r["label"] for r in doc["rows"]] == ["ce_no_warmup", "ce", "focal"]
-  pins.check("test", doc["rows"], path=PINS)
+  pins.check("test", doc["rows"], path=PINS_FILE)
   cfg = config_file.get_config("test")
   for r in doc["rows"]:
     assert set(grid_lib.ROW_FIELDS) | {"point", "warmup", "ran_on"} == set(r)

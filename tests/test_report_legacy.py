@@ -106,16 +106,6 @@ def test_path_language_and_formats():
     report.apply_ops(0.5, ["q7"], "w")
 
 
-def test_optional_sections_say_not_yet_run(tmp_path):
-  root = _copy_root(tmp_path)
-  for folder in ("plan_paper", "paper_two_steps"):
-    shutil.rmtree(root / report.RESULTS / folder, ignore_errors=True)
-  text, sources = report.render_page("speed", str(root))
-  assert "*Not yet run* (`results/plan_paper/plan.json` is absent" in text
-  assert "*Not yet run* (`results/paper_two_steps/two_steps.json` is absent" in text
-  assert not any(s.startswith(("plan_paper", "paper_two_steps")) for s in sources)
-
-
 def test_a_list_is_formatted_element_by_element():
   assert report.format_value([0.1, -0.25], "+f3", "x") == "+0.100 / -0.250"
   assert report.format_value(["k=1", "k=2"], "text", "x") == "k=1 / k=2"

@@ -70,7 +70,8 @@ def test_the_section_says_not_yet_run_without_a_plan(tmp_path):
   cfg = config_file.get_config("cpu")
   src = sources.Sources(str(out), root=str(root))
   a = analysis.analyze(src, cfg)
-  assert a == {"ran": False, "file": "results/plan_paper/plan.json", "mfu": cfg.mfu}
+  assert {k: a[k] for k in ("ran", "file", "mfu")} == {
+      "ran": False, "file": "results/plan_paper/plan.json", "mfu": cfg.mfu}
   (out / "analysis.json").write_text(json.dumps({**a, "sources": src.read}))
   text, read = _speed_page(root)
   assert ("*Not yet run* (`results/plan_paper/plan.json` is absent; `python -m el_jax.experiment "
@@ -85,5 +86,11 @@ def test_the_section_says_what_the_analysis_gives():
   with open(os.path.join(ROOT, "docs", "results", "speed.md")) as f:
     page = " ".join(f.read().split())
   assert f"The hours assume an MFU of {a['mfu']:g}." in page
+  lo, hi = a["measured_mfu_pct"]
+  assert a["optimistic_by"] == pytest.approx([100 * a["mfu"] / hi, 100 * a["mfu"] / lo])
+  assert a["optimistic_by"][0] > 1  # every measured MFU is below the plan's
+  assert (f"ran at {lo:.0f}-{hi:.0f}% MFU (small models: launch- and bandwidth-bound), so their "
+          f"hours here are optimistic by a factor of {a['optimistic_by'][0]:.0f}-"
+          f"{a['optimistic_by'][1]:.0f}.") in page
   for r in a["runs"]:
     assert f"| `{r['label']}` | {r['params_m']:.2f}M |" in page

@@ -150,15 +150,6 @@ def test_claims_follow_their_numbers(tmp_path):
   """Sentences that say "met", "not distinguishable", "stays below" or "no ratio" are generated
   from the JSON with their condition: change the numbers and the words change."""
   root = _copy_root(tmp_path)
-  bench = root / report.RESULTS / "flatness_bench" / "bench.log"
-  line = next(l for l in bench.read_text().splitlines() if l.startswith("flatness_bench {"))
-  doc = json.loads(line.split(" ", 1)[1])
-  assert "**missed** at the training batch" in report.TABLES["flatness_bench_verdict"](
-      report.Results(str(root)), "short")
-  doc["x1"]["batched_probe_over_grad_by_probes"]["8"] = 1.4
-  bench.write_text(f"flatness_bench {json.dumps(doc)}\n")
-  assert report.TABLES["flatness_bench_verdict"](report.Results(str(root)), "short").startswith(
-      "the probe target (<= 1.5x) is met at both batches")
   # Dyck: the count solution's error above 1% at n = 16 moves its sample need to 32.
   R = report.Results(str(root))
   assert "stays below 1% from n = 32" in report.TABLES["dyck_samples"](R)

@@ -421,25 +421,6 @@ def test_the_hmm_size_sentences_hold():
       "the smaller embedded model is the flatter one", "the probes are not told apart")
 
 
-def test_the_paper_size_copy_task_sentences_hold():
-  """The accelerator page's copy-task k = 1 paragraph: "every model fits every training string
-  and every easy test string", "every E1 + warmup model is above every CE model on the hard test
-  strings" and the p at the design's floor, checked against the committed device-queue JSON."""
-  d = json.load(open(os.path.join(ROOT, report.RESULTS, "device_queue", "copy_lc1.json")))
-  seeds = {arm: list(a["seeds"].values()) for arm, a in d["arms"].items()}
-  for s in seeds["ce"] + seeds["e1_warmup"]:
-    assert s["train_em_all"] == 1.0 and s["test_em_easy"] == 1.0
-  assert min(s["test_em_hard"] for s in seeds["e1_warmup"]) > max(
-      s["test_em_hard"] for s in seeds["ce"])
-  c = d["comparisons"][0]
-  assert (c["a"], c["b"], c["n_a"], c["n_b"]) == ("e1_warmup", "ce", 5, 5)
-  assert c["p_value"] == pytest.approx(c["p_floor"]) and c["p_floor"] == pytest.approx(2 / 252)
-  _assert_page_says("accelerator.md",
-      "every model fits every training string and every easy test string",
-      "every E1 + warmup model is above every CE model on the hard test strings",
-      "the smallest p a permutation test of 5 against 5 models can give")
-
-
 def test_the_hmm_continuation_sentences_hold():
   """Both HMM continuations (SGD, AdamW) on the seed-002 page: the trained models' task-10
   probe at the last checkpoint is "near the block alone's" accuracy (within 1.5 points) and

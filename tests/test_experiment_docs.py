@@ -7,10 +7,11 @@ import re
 
 import pytest
 
-from el_jax import report
+from el_jax.report import render as report
 
 ROOT = report.ROOT
-SCRIPTS = sorted(glob.glob(os.path.join(ROOT, "experiments", "*.py")))
+SCRIPTS = sorted(p for p in glob.glob(os.path.join(ROOT, "experiments", "*.py"))
+                 if os.path.basename(p) != "__init__.py")
 
 
 def _anchors(page):
@@ -36,6 +37,9 @@ def test_docstring_names_command_time_folder_and_page(path):
 
 def test_every_results_folder_is_named_after_a_script_or_command():
   scripts = {os.path.basename(p)[:-3] for p in SCRIPTS}
+  # experiments/<name>/ and tools/<name>/ folders write results/<name>/
+  scripts |= {n for top in ("experiments", "tools") for n in os.listdir(os.path.join(ROOT, top))
+              if os.path.isfile(os.path.join(ROOT, top, n, "__init__.py"))}
   # Folders of `python -m` commands rather than scripts in experiments/.
   commands = {"demo": "el_jax.tools.demo", "bench": "el_jax.tools.bench", "flatness_bench": "el_jax.tools.flatness_bench",
               "ntp_bench": "el_jax.tools.ntp_bench", "verify": "el_jax.tools.verify"}

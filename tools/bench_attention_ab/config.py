@@ -6,8 +6,8 @@ the scored-positions and the all-positions step.
   python -m el_jax.experiment --config=tools/bench_attention_ab/config.py:cpu --stage=run
 
 Writes results/bench_attention_ab/attention_ab.log (one line per kind of step: both step times
-and the per-round tokens/s ratio dpa / einsum). A log, no JSON and no analysis: the speed page's
-"What else was tried" names it, and docs/bench.md discusses it (so `--stage=run`: there is
+and the per-round tokens/s ratio dpa / einsum). A log, no JSON and no analysis: "What else was
+tried" on docs/results/speed.md names it, and docs/bench.md discusses it (so `--stage=run`: there is
 nothing to analyse). A few minutes on a 2-core CPU (AMD EPYC). Expected: no gain from
 dot_product_attention (el_jax keeps the einsum).
 

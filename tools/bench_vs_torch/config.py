@@ -14,9 +14,10 @@ global-norm clipping 1.0 (`model_config`). Each side runs in a worker process
 results/bench_vs_torch/<out>; the analysis reads the files listed in `files` (the per-CPU table:
 `cpu_kinds`; the A/B tables: `ab_files`), and its sections are "Train step against PyTorch, per
 CPU kind" to "What else was tried" on docs/results/speed.md. A new CPU kind's run: add its file
-to `files` and `cpu_kinds`, and a section to page.md. About 15 minutes on a 2-core CPU (AMD EPYC
-Zen 5; the first run also builds .venv-torch). Expected there: both targets met (scored
-positions 1.83x with `attention_blocks=3`, equal work 1.44x); missed on the Intel Xeons.
+to `files` and `cpu_kinds`, and a section to page.md. About 15 minutes on a 2-core CPU (the
+machine was not recorded; the first run also builds .venv-torch); the `test` variant about 3
+minutes on a loaded 2-core AMD EPYC. Expected on an AMD EPYC Zen 5: both targets met (scored
+positions 1.83x with `attention_blocks=3`, equal work 1.44x); on the Intel Xeons both missed.
 
 Variants: `cpu` (the per-CPU command: XLA's and Eigen's matmuls, 1 and 3 attention blocks,
 el_jax's and glibc's malloc, torch eager and SDPA on 2 threads, 7 rounds of 20 steps), `paper`

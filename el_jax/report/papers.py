@@ -25,6 +25,9 @@ PAPER = {
                           "steps, test EM = CL on easy and hard strings; same setting"),
     "s000.fig1a": ("falls as the context grows", "seed 000, Fig. 1a: CE hard-test accuracy, "
                    "L_c = 1, L_p = 50, width 1024; train and easy test perfect"),
+    "s000.fig1a.ce_k1": ("hard-test accuracy falls as the context grows (Fig. 1a; its values are "
+                         "only in the plot)", "seed 000, Fig. 1a: CE at L_c = 1, L_p = 50, width "
+                         "1024, the device queue's copy_lc1 job"),
     "s000.fig1b": ("~1/26 for the worst runs", "seed 000, Fig. 1b: widths 3072-4096 at "
                    "context 440"),
     "s000.t1.G(2,3).CE": ("0.289 (0.123, 0.472)", "seed 000, Table 1"),

@@ -16,8 +16,8 @@ head with the most neighbour mass.
 
 Variants: one per committed file, `init0.1` (the six init-0.1 encoders of
 experiments/mlm_flatness:sharp_init0.1, run hmm_sharp_adamw_pretrain_init0.1) and `init0.02`
-(one encoder of the same recipe at GPT-2's init, run hmm_sharp_adamw_pretrain); `cpu` (both),
-`paper` (cpu's at the paper's size; not run), `test` (seconds, under runs/). The runs are read
+(one encoder of the same recipe at GPT-2's init, run hmm_sharp_adamw_pretrain_init0.02); `cpu`
+(both), `paper` (cpu's at the paper's size; not run), `test` (seconds, under runs/). The runs are read
 from `runs` and trained there first when missing (experiments/mlm_flatness's recipes). Wall
 time at CPU size: about 5 s per model seed (2000 sentences, the `cpu` encoder; AMD EPYC Zen 5,
 2 cores), plus the training of a run that is not there (about 13 min per model).
@@ -34,7 +34,8 @@ HMM_SHARP = "data.num_blocks=4,data.trans_concentration=0.1,data.emit_concentrat
 # file name: (the run's label under `runs`, its pre-training overrides, its model seeds)
 RUNS = {"hmm_sharp_init0.1": ("hmm_sharp_adamw_pretrain_init0.1", "model.init_std=0.1," + SHARP,
                               "0,1,2,3,4,5"),
-        "hmm_sharp_init0.02": ("hmm_sharp_adamw_pretrain", SHARP, "0")}
+        "hmm_sharp_init0.02": ("hmm_sharp_adamw_pretrain_init0.02", "model.init_std=0.02," + SHARP,
+                               "0")}
 VARIANTS = ("test", "cpu", "paper", "init0.1", "init0.02")
 
 

@@ -342,8 +342,9 @@ def training_summary(d, out):
   lr_key = "sgd_lr" if opt == "sgd" else "adamw_cont_lr"
   out.update(optimizer=opt, optimizer_name=shown, lr=d[lr_key],
              pilot_start=d["pilot_start_valid_loss"], pilot_steps=d["args"]["pilot_steps"],
-             pilot=[{"lr": lr, "chosen": float(lr) == d[lr_key], "valid_mlm_loss": p["valid_mlm_loss"],
-                     "change": p["change"]} for lr, p in d["pilot"].items()],
+             pilot=[{"lr": lr, "chosen": float(lr) == d[lr_key],
+                     "valid_mlm_loss": p["valid_mlm_loss"], "change": p["change"]}
+                    for lr, p in d["pilot"].items()],
              batch_size=d["config"]["train"]["batch_size"],
              several=len(seeds_of(d)) > 1,
              tasks=list(d["points"][0]["probe"]))

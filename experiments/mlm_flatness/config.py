@@ -26,8 +26,8 @@ block alone, Bayes, the lookup table, the words, every model's random init) and 
 
 Wall time (the `wall_s` of each committed file: the measurements, plus the training where a run
 was not read back; on the machine its table's "Ran on" line names: AMD EPYC Zen 5 or Xeon
-Cascade Lake, 2 cores): training_pcfg 46 min, training_hmm (`cpu`) 47 min (about 1.5 h with its training),
-training_adamw_hmm
+Cascade Lake, 2 cores): training_pcfg 46 min, training_hmm (`cpu`) 47 min (about 1.5 h with
+its training), training_adamw_hmm
 35 min, sanity 65 min, size_hmm 13 min, embedded_hmm 1 min, pcfg_12k 34 min, pcfg_tasks 2 min,
 pcfg_bert 33 min, pcfg_bert_12k 78 min, pcfg_bert_12k_100k 18 min, pcfg_bert_48k_100k 24 min
 (its 48,000-step training about 2 h per model beside it), pcfg_bert_12k_100k_sgd 28 min,

@@ -13,6 +13,7 @@ import types
 import numpy as np
 import pytest
 
+from el_jax import experiment
 from el_jax.report import papers
 from el_jax.report import render
 from el_jax.report import sources
@@ -165,6 +166,15 @@ def test_the_training_figure_at_test_size(tmp_path):
     assert not c["blind"]
   assert tests["trace_b1"]["over"] == "repetitions (same inputs)"
   assert os.path.exists(tmp_path / "out" / "training_pcfg.png")
+  # the entry point's analyze stage on the same folder: the same analysis, with its sources
+  code = experiment.main(["el_jax.experiment",
+                          f"--config={ROOT}/experiments/mlm_flatness/config.py:test",
+                          f"--config.results_dir={tmp_path / 'out'}", "--stage=analyze"])
+  assert code in (None, 0)
+  with open(tmp_path / "out" / "analysis.json") as fh:
+    written = json.load(fh)
+  assert written["sources"] == [os.path.relpath(tmp_path / "out" / "training_pcfg.json", ROOT)]
+  assert written["files"]["training_pcfg"]["trend"] == json.loads(json.dumps(f["trend"]))
   pins.check("mlm_flatness/training", doc["rows"])
   _same_as_a_direct_run(sgd, tmp_path / "direct")
 

@@ -71,7 +71,7 @@ def _spread(xs, scale=1):
 
 
 def _with_floor(c):
-  """A comparison with `at_floor` (its p at the smallest its design can give) and `design`."""
+  """A comparison with `at_floor`: its p at the smallest its design can give."""
   floor = (stats.p_floor("unpaired", c["n_a"], c["n_b"]) if "n_a" in c
            else stats.p_floor("paired", c["n"]))
   return {**c, "at_floor": stats.at_floor(c["p_value"], floor)}

@@ -946,6 +946,10 @@ def test_the_sharp_size_sentences_hold():
   c = got[equal]["probe 10"]
   assert f"probe {100 * c['diff']:+.1f} points against the 64-wide (Holm p {c['p_holm']:.2g})" \
       in row
+  c = e["sizes"]["vs_first"][equal]["trace_b1"]
+  assert f"are sharper, Tr(H) {c['diff']:+.0f} in one parameterisation (Holm p " \
+         f"{c['p_holm']:.2g} (floor of 6 vs 6, Holm over {e['sizes']['holm_m']}))" in row
+  assert stats.at_floor(c["p_holm"], stats.p_floor("unpaired", 6, 6, m=e["sizes"]["holm_m"]))
 
 
 def test_the_pcfg_budget_sentences_hold():
@@ -1150,6 +1154,13 @@ def test_the_init_scale_sentences_hold():
   row = _readme_row("| 002 probe sanity")
   assert f"sharp-HMM encoders at init 0.1 {c['trained_above_random_in']} of {c['n']} (p " \
          f"{c['p_value']:.2g}, the floor)" in row
+  a = _analysis_json()["files"]
+  low = a["sharp/pretrained_hmm_sharp"]["vs_random_init"]["10"]
+  assert low["trained_above_random_in"] == 0 and low["n"] == 2  # init 0.02: below its inits
+  assert f"encoders at init 0.02 {low['trained_above_random_in']} of {low['n']};" in row
+  pcfg = a["pcfg_bert_48k_100k/pretrained_pcfg"]["vs_random_init"]
+  above = " / ".join(str(pcfg[t]["trained_above_random_in"]) for t in "ABC")
+  assert f"PCFG at 48,000 steps, tasks A / B / C: {above} of 3" in row and above == "3 / 3 / 1"
 
 
 def test_the_changed_analysis_changes_the_page(tmp_path):

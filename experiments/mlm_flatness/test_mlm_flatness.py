@@ -1180,3 +1180,19 @@ def test_the_changed_analysis_changes_the_page(tmp_path):
   assert not f["vs_random_init"]["10"]["blind"]
   assert BLIND not in _table("vs_random_init", f) and "(floor of 2 pairs)" in _table(
       "vs_random_init", f)
+
+
+def test_the_included_sections_stand_where_the_argument_needs_them():
+  """The layer-by-layer probe and the attention reach are their own experiments' sections,
+  included by this one's page.md: the renderer counts them as included (not appended to the
+  page's end) and they stand inside the Figures 1 / 3 section, in their places."""
+  assert render.unincluded("seed002_flatness", ROOT) == []
+  text = open(PAGE).read()
+  order = ["## Figures 1 / 3: Tr(H) and transfer after the loss converges",
+           "### Layer by layer: where the encoder's probe falls below its random init",
+           "### The PCFG encoders trained four times longer",
+           "- **The encoders leave the block**", "- **What they learned: to read the neighbours.**",
+           "### The init-0.1 encoders continued with SGD", "## Figures 2 and 5",
+           "## Tables 1-2: adversarial pretraining"]
+  where = [text.index(h) for h in order]
+  assert where == sorted(where), where

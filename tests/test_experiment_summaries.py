@@ -15,42 +15,6 @@ _script = reliability.experiment_script
 
 
 
-def test_mlm_flatness_comparisons_and_readme_rows_match_their_points():
-  """results/mlm_flatness: the first-vs-last comparisons recompute from the stored points,
-  and every row of the Figure 1 / 3 tables (SGD and AdamW continuations) on the results page is the JSON rounded."""
-  readme = open(os.path.join(ROOT, "docs", "results", "seed002_flatness.md")).read()
-  for name in ("training_pcfg", "training_hmm", "training_adamw_hmm"):
-    with open(os.path.join(ROOT, "results", "mlm_flatness", f"{name}.json")) as f:
-      r = json.load(f)
-    x = "adamw_cont_step" if r.get("continued_with") == "adamw" else "sgd_step"
-    several = r["comparison"].get("over") == "model seeds"
-    if several:  # one value per pre-trained model: its mean over repetitions / probe seeds
-      seeds = r["comparison"]["seeds"]
-      at = lambda step: [next(p for p in r["points"] if p["seed"] == s and p[x] == step)
-                         for s in seeds]  # noqa: E731
-      first, last = at(r["comparison"]["x"][0]), at(r["comparison"]["x"][1])
-      trace = lambda pts: [p["trace_b1"] for p in pts]  # noqa: E731
-      acc = lambda pts, t: [p["probe"][t]["test_acc_mean"] for p in pts]  # noqa: E731
-    else:  # one model: the repetitions and probe seeds of its first and last point
-      first, last = r["points"][0], r["points"][-1]
-      trace = lambda p: p["trace_b1_reps"]  # noqa: E731
-      acc = lambda p, t: p["probe"][t]["test_acc"]  # noqa: E731
-    got = stats.compare(trace(last), trace(first))
-    c = r["comparison"]["trace_b1_change"]
-    assert {k: c[k] for k in got} == got  # and p_holm (tests/test_experiment_grids_seed002.py)
-    for task, c in r["comparison"]["probe"].items():
-      got = stats.compare(acc(last, task), acc(first, task))
-      assert {k: c[k] for k in got} == got
-    for p in r["points"]:
-      pr = next(iter(p["probe"].values()))
-      step = f"{p[x]} (seed {p['seed']})" if several else p[x]
-      row = (f"| {step} | {p['valid_mlm_loss']:.4f} | {p['valid_gap']:.4f} | "
-             f"{p['trace_b1']:.1f} ({p['trace_b1_std']:.1f}) | {p['trace_hutchinson']:.1f} "
-             f"({p['trace_hutchinson_stderr']:.1f}) | {100 * pr['test_acc_mean']:.2f} "
-             f"({100 * pr['test_acc_std']:.2f}) |")
-      assert row in readme, row
-
-
 def test_loss_baselines_table_recomputes_from_its_runs():
   """results/loss_baselines (el_jax.run.grid files): each loss's setting is the argmax of its
   validation grid (select.json), and every comparison of test.json / label_copy.json with its

@@ -28,7 +28,7 @@ $(STAMP): requirements.txt pyproject.toml Makefile
 # would otherwise compile them from source (~0.25 s of CPU per `python -m el_jax.main` start,
 # docs/testing.md; the suite starts many). A .pyc older than its source is not used.
 pyc: $(STAMP)
-	$(PY) -m compileall -q -j 0 el_jax experiments configs >/dev/null
+	$(PY) -m compileall -q -j 0 el_jax experiments tools configs >/dev/null
 
 demo: $(STAMP) pyc
 	$(PY) -m el_jax.experiment --config=experiments/demo/config.py:cpu
@@ -38,7 +38,7 @@ demo: $(STAMP) pyc
 # docs/testing.md). PYTEST_WORKERS=n to change.
 PYTEST_WORKERS ?= 2
 test: $(STAMP) pyc
-	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal tests experiments
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal tests experiments tools
 
 bench: $(STAMP) pyc
 	$(PY) -m el_jax.tools.bench --config=configs/copy_task.py:cpu

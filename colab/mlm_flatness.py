@@ -29,7 +29,7 @@
 # Size: `VARIANT = "cpu"` (minutes on a CPU) or `"test"` (seconds; what
 # `tests/test_notebooks.py` runs); the environment variable
 # `EL_JAX_NOTEBOOK_VARIANT` overrides it. The whole experiment (Figures 1 / 3,
-# 2 and 5) is `experiments/mlm_flatness.py`.
+# 2 and 5) is `experiments/mlm_flatness/`.
 
 # %%
 EL_JAX_REPO = ""  # <- set this to your el_jax repository URL (git clone URL), e.g. https://github.com/<you>/el_jax.git

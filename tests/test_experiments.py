@@ -170,10 +170,10 @@ def test_every_section_names_its_page_and_is_on_it(top, name):
 
 
 def _copy_checkout(dst):
-  """What an experiment and the pages need of the checkout: experiments/, results/ (the
-  analyses and figures), docs/results/ and the README."""
+  """What an experiment and the pages need of the checkout: experiments/, tools/ (their
+  sections), results/ (the analyses and figures), docs/results/ and the README."""
   ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-  for d in ("experiments", "results", os.path.join("docs", "results")):
+  for d in ("experiments", "tools", "results", os.path.join("docs", "results")):
     shutil.copytree(os.path.join(ROOT, d), dst / d, ignore=ignore)
   shutil.copy(os.path.join(ROOT, "README.md"), dst / "README.md")
 

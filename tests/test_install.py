@@ -332,12 +332,11 @@ def test_extras_table_matches_pyproject():
       assert where.get(_norm(dist)) == (extra or ""), (module, dist, extra)
 
 
-# The checkout's own packages of experiment and tool folders (run from a clone, not installed).
-CHECKOUT_PACKAGES = ("experiments", "tools")
-
-
 def _third_party_imports(paths):
-  """{top-level module: [file:line]} of the non-stdlib, non-local imports in `paths`."""
+  """{top-level module: [file:line]} of the non-stdlib, non-local imports in `paths` (local: the
+  checkout's packages el_jax, experiments and tools, the suite's helpers in tests/, and a
+  file's own folder)."""
+  own = {"el_jax", "experiments", "tools"} | {p.stem for p in (ROOT / "tests").glob("*.py")}
   out = {}
   for path in paths:
     local = {p.stem for p in path.parent.glob("*.py")}
@@ -350,8 +349,7 @@ def _third_party_imports(paths):
         continue
       for name in names:
         top = name.split(".")[0]
-        if (top not in sys.stdlib_module_names and top not in ("el_jax", *CHECKOUT_PACKAGES)
-            and top not in local):
+        if top not in sys.stdlib_module_names and top not in own and top not in local:
           out.setdefault(top, []).append(f"{path.relative_to(ROOT)}:{node.lineno}")
   return out
 
@@ -372,7 +370,7 @@ def test_every_import_is_declared():
   files = [p for d in ("el_jax", "configs", "tests", "colab", "experiments", "tools")
            for p in sorted((ROOT / d).rglob("*.py"))]
   # torch and transformers are no dependency of el_jax: they are the PyTorch side of the speed
-  # comparisons, run where they are installed (experiments/bench_vs_torch.py in a virtual
+  # comparisons, run where they are installed (tools/bench_vs_torch/worker.py in a virtual
   # environment of its own, .venv-torch; el_jax/tools/torch_bench.py in a process of its own on the
   # accelerator image, imported inside its functions only).
   undeclared = {m: at for m, at in _third_party_imports(files).items()

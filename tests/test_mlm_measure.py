@@ -1,4 +1,4 @@
-"""el_jax.run.mlm_measure: the checkpoint measurements shared by experiments/mlm_flatness.py and
+"""el_jax.run.mlm_measure: the checkpoint measurements shared by experiments/mlm_flatness/ and
 experiments/adversarial_pretraining.py (their numbers are the scripts' own: the code moved
 unchanged; this checks its inputs and its errors)."""
 import argparse

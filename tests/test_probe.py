@@ -549,7 +549,7 @@ def test_identical_per_seed_probe_results_mean_the_features_carry_the_same_infor
 
 
 def test_encode_reads_each_layer_of_the_residual_stream():
-  """`probe.encode(layer=k)` (experiments/probe_layers.py, issue 34): k = 0 is the embeddings
+  """`probe.encode(layer=k)` (experiments/probe_layers/, issue 34): k = 0 is the embeddings
   plus the learned positions (NumPy from the tables), the last state through the final
   LayerNorm (NumPy) is `features`, each layer masked and flattened as the final features are;
   a layer out of range, or an LSTM, is refused with what is allowed."""
@@ -585,7 +585,7 @@ def test_encode_reads_each_layer_of_the_residual_stream():
 
 
 def test_attention_probs_equal_numpy_and_average_the_values():
-  """`decoder.attention_probs` (experiments/attention_reach.py, issue 34): each block's weights
+  """`decoder.attention_probs` (experiments/attention_reach/, issue 34): each block's weights
   are softmax(q k^T / sqrt(K)) over the keys of the query's own sentence, from the block's
   LayerNorm and QKV (NumPy, float64), and the block's attention output is the value average
   with those weights through the output projection; an LSTM is refused."""

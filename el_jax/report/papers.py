@@ -25,6 +25,9 @@ PAPER = {
                           "steps, test EM = CL on easy and hard strings; same setting"),
     "s000.fig1a": ("falls as the context grows", "seed 000, Fig. 1a: CE hard-test accuracy, "
                    "L_c = 1, L_p = 50, width 1024; train and easy test perfect"),
+    "s000.fig1a.ce_k1": ("hard-test accuracy falls as the context grows (Fig. 1a; its values are "
+                         "only in the plot)", "seed 000, Fig. 1a: CE at L_c = 1, L_p = 50, width "
+                         "1024, the device queue's copy_lc1 job"),
     "s000.fig1b": ("~1/26 for the worst runs", "seed 000, Fig. 1b: widths 3072-4096 at "
                    "context 440"),
     "s000.t1.G(2,3).CE": ("0.289 (0.123, 0.472)", "seed 000, Table 1"),
@@ -82,6 +85,14 @@ PAPER = {
     "s002.t2.adversarial.acc": ("50.2 +- 1.0", "seed 002, Table 2"),
     "s002.t2.adamw.loss": ("3.20", "seed 002, Table 2: pre-training loss"),
     "s002.t2.adversarial.loss": ("3.20", "seed 002, Table 2: pre-training loss"),
+    "s002.fig1": ("along AdamW pre-training, after the valid loss converges, downstream accuracy "
+                  "keeps increasing", "seed 002 Sec. 3, Fig. 1"),
+    "s002.fig3": ("after the loss converges, SGD keeps lowering Tr(H) while the probe accuracy "
+                  "rises", "seed 002 Sec. 5, Fig. 3 and App. B.2"),
+    "s002.fig2.size": ("at (nearly) equal pre-training loss, larger models probe better",
+                       "seed 002 Fig. 2"),
+    "s002.fig5": ("models of growing size embedded in one architecture; Tr(H) 19.8 -> 12.6 while "
+                  "probe accuracy 40.4 -> 50.5", "seed 002 Sec. 5, Fig. 5"),
     "s002.thm61": ("no numbers, a theorem", "seed 002, Sec. 6, Theorem 6.1: the flattest "
                    "zero-loss solution is the 2-neuron count solution, which transfers"),
     "s002.thm61.claim": ("Both the 2-neuron count solution and random-feature solutions reach "

@@ -227,9 +227,22 @@ def index_rows(root=ROOT):
 
 
 def unincluded(page, root=ROOT):
-  """The sections that name `page` but that its template does not include (appended)."""
+  """The sections that name `page` but that its template does not include (appended); a
+  section included by an included section (one experiment's numbers inside another's prose)
+  counts as included."""
   with open(os.path.join(root, TEMPLATES, f"{page}.md")) as fh:
     included = set(_INCLUDE.findall(fh.read()))
+  todo = sorted(included)
+  while todo:
+    name = todo.pop()
+    for top in (EXPERIMENTS, TOOLS):
+      path = os.path.join(root, top, name)
+      if os.path.isfile(path):
+        with open(path) as fh:
+          found = set(_INCLUDE.findall(fh.read())) - included
+        included |= found
+        todo.extend(sorted(found))
+        break
   return [s for s in sections(root).get(page, []) if s not in included]
 
 

@@ -245,8 +245,9 @@ def _raised_by(exc, prefixes):
 
 def _own_dirs():
   pkg = config_lib.PACKAGE_DIR + os.sep
+  root = os.path.dirname(config_lib.PACKAGE_DIR)
   return (pkg, os.path.abspath(config_lib.configs_dir()) + os.sep,
-          os.path.join(os.path.dirname(config_lib.PACKAGE_DIR), "experiments") + os.sep)
+          os.path.join(root, "experiments") + os.sep, os.path.join(root, "tools") + os.sep)
 
 
 def is_expected(exc):
@@ -254,7 +255,7 @@ def is_expected(exc):
 
   Expected: OS errors (files, permissions, disk), a diverged run
   (FloatingPointError), and ValueError / RuntimeError / ImportError raised by
-  el_jax's own checks (el_jax/, configs/, experiments/). The same types raised
+  el_jax's own checks (el_jax/, configs/, experiments/, tools/). The same types raised
   from inside JAX, NumPy or orbax, and every other type (TypeError, KeyError,
   ...), are bugs: traceback.
   """

@@ -1,6 +1,6 @@
 """Tr(H) and linear-probe accuracy of the MLM models' checkpoints (seed 002, Sec. 5).
 
-The measurements of experiments/mlm_flatness.py (Figures 1 / 3, 2 and 5) and
+The measurements of experiments/mlm_flatness/ (Figures 1 / 3, 2 and 5) and
 experiments/adversarial_pretraining.py (Tables 1 and 2):
 
 * Tr(H) by the estimator of the seed's appendix B.1 (labels sampled from the model,
@@ -176,7 +176,7 @@ class Measurer:
     optax versions. Same inputs on the same code give bit-identical results, so a hit is the
     result a fresh probe would print; a model, split or setting that differs in one bit is a
     miss. It lets processes probe disjoint models in parallel and a later run collect them
-    (experiments/mlm_flatness.py --probe_cache)."""
+    (experiments/mlm_flatness/'s `probe_cache`)."""
     if not self.settings.probe_cache:
       return None
     h = hashlib.sha256()
@@ -272,8 +272,8 @@ def encoder_run_config(workdir, need):
   stored = config_lib.stored_config(workdir)
   if stored is None:
     raise ValueError(f"--workdir={workdir!r} holds no config.json: give a finished MLM "
-                     f"pre-training workdir (experiments/mlm_flatness.py leaves them under "
-                     f"its --runs)")
+                     f"pre-training workdir (experiments/mlm_flatness/ leaves them under "
+                     f"its `runs`)")
   cfg = ml_collections.ConfigDict(stored)
   if cfg.get("task") != "mlm" or cfg.model.get("preset") != "encoder":
     raise ValueError(f"{workdir}: task {cfg.get('task')!r}, model.preset "
@@ -294,7 +294,7 @@ def eval_row(workdir, seed, step, keys=EVAL_KEYS):
 
 
 # ----------------------------------------------------------------------------
-# Shared by experiments/mlm_flatness.py and experiments/adversarial_pretraining.py: the HMM
+# Shared by experiments/mlm_flatness/ and experiments/adversarial_pretraining.py: the HMM
 # variants (--hmm) and the pre-training overrides (--pretrain), so that both scripts name and
 # configure the same pre-training run (and reuse one finished run).
 

@@ -27,7 +27,7 @@ sequential loop of `train.train_seed`) against the stacked program of
 rounds, and prints seed-steps per second for each with the per-round ratio to
 sequential (median, min..max), in wall and in process CPU time.
 
-`experiments/bench_vs_torch.py` uses `StepRunner` to time el_jax against
+`tools/bench_vs_torch/` uses `StepRunner` to time el_jax against
 Hugging Face GPT-NeoX on PyTorch in alternating windows; docs/bench.md has
 the figures.
 """

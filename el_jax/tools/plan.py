@@ -54,7 +54,7 @@ data and is not planned: the plain MLM step is, and the output says so. `--batch
 the rows per step (it must be a multiple of the devices); a bad config or a batch that does
 not split is one line `error: ...` (el_jax.run.cli).
 
-Library use (the test suite and experiments/plan_paper.py): `plan(config, num_devices, rows,
+Library use (the test suite and tools/plan_paper/): `plan(config, num_devices, rows,
 mfu)` returns the same numbers as a dict on the devices JAX already has.
 """
 import functools

@@ -16,7 +16,7 @@ float32 weights (el_jax's `model.dtype="bfloat16"`). Time: CUDA-synchronised wal
 
 This module never imports JAX (`el_jax.tools.verify` runs it in a process of its own, so the two
 frameworks never share the accelerator's memory); torch and transformers are imported on
-use. experiments/bench_vs_torch.py is the CPU comparison with its own virtualenv.
+use. tools/bench_vs_torch/ is the CPU comparison with its own virtualenv.
 """
 import time
 

@@ -41,7 +41,7 @@ frequencies), and task-10's Bayes accuracy is 10.6% against 5.5% for the
 block's majority state; the cpu models learn the block and nothing else.
 `trans_concentration` / `emit_concentration` > 0 draw Dirichlet rows
 instead; 4 blocks with 0.1 / 0.4 (`--hmm=contextual` of
-experiments/mlm_flatness.py) give an optimal loss of 3.765 (the paper's
+experiments/mlm_flatness/) give an optimal loss of 3.765 (the paper's
 3.758), a context worth 0.085 nats and a task-10 Bayes accuracy of 45%
 (block majority 10%); with 0.1 / 0.1 (`--hmm=sharp`): 3.109, 0.603 nats and 82%
 (block majority 10%; results/mlm_flatness/sharp/). The cpu encoders at GPT-2's

@@ -1,0 +1,1 @@
+"""Where committed numbers disagree: the same config and seed in two results files."""

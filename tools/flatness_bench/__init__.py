@@ -1,0 +1,1 @@
+"""What the flatness estimators cost against a gradient (el_jax.tools.flatness_bench)."""

@@ -1,0 +1,1 @@
+"""Two real training steps of every paper-size run on this CPU."""

@@ -1,0 +1,1 @@
+"""The plan of every paper-size run: parameters, FLOPs, memory and accelerator-hours."""

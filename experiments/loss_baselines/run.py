@@ -14,9 +14,9 @@ comparisons are the analysis's):
                    pretraining (read from `pretrain_dir`, kept from the file when runs/ is gone)
 
 A row whose config is unchanged is reused from its file and a finished run is read back from
-`runs_dir` (or from the run folders of the first version of this experiment,
-`<runs_dir>/<stage>/*`); processes filling one file with different `losses` keep each other's
-rows (the file is re-read under a lock before it is written).
+`runs_dir` (the chosen settings also from `<runs_dir>/<stage>/*`, run folders trained outside
+the grid); processes filling one file with different `losses` keep each other's rows (the file
+is re-read under a lock before it is written).
 """
 import fcntl
 import os

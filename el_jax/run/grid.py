@@ -207,10 +207,11 @@ class Grid:
     return [self.rows[label] for label in self.runs if label in self.rows]
 
   def compare(self, pairs, metric, family=None):
-    """Each (a, b) of `pairs`: `stats.compare` of `metric`'s per-seed values of run a
-    (treatment) against run b (baseline), with `p_holm` adjusted over the pairs (one family,
-    stored under `family`, default the metric). Returns the comparisons."""
-    out = []
+    """Each (a, b) of `pairs`: `metric`'s per-seed values of run a (treatment) against run b
+    (baseline), as one family (`el_jax.report.stats.family`: difference, permutation p, its
+    floor, bootstrap interval, `p_holm` over the pairs), stored under `family` (default the
+    metric). Returns the comparisons."""
+    arms = []
     for a, b in pairs:
       for label in (a, b):
         if label not in self.rows:
@@ -220,9 +221,10 @@ class Grid:
       if va is None or vb is None:
         raise ValueError(f"compare: metric {metric!r} is not a per-seed metric of "
                          f"{a if va is None else b!r}")
-      out.append({"a": a, "b": b, "metric": metric, **stats.compare(va, vb)})
-    for c, q in zip(out, stats.holm([c["p_value"] for c in out])):
-      c["p_holm"] = q
+      arms.append((a, va, b, vb))
+    out = [{"a": c["a"], "b": c["b"], "metric": metric,
+            **{k: v for k, v in c.items() if k not in ("a", "b")}}
+           for c in stats.family(arms)]
     self.comparisons[family or metric] = out
     return out
 

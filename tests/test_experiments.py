@@ -28,8 +28,6 @@ TOOL_NAMES = sorted(n for n in (os.listdir(TOOLS) if os.path.isdir(TOOLS) else (
                     if os.path.isfile(os.path.join(TOOLS, n, "analysis.py")))
 ANALYSES = [("experiments", n) for n in NAMES] + [("tools", n) for n in TOOL_NAMES]
 PARTS = ("config.py", "run.py", "analysis.py", "page.md")
-# Scripts not yet moved into a folder (emptied as each moves; the test then holds for all).
-NOT_YET_MOVED = {n for n in os.listdir(EXPERIMENTS) if n.endswith(".py") and n != "__init__.py"}
 REQUIRED_VARIANTS = ("test", "cpu", "paper")
 
 
@@ -149,12 +147,12 @@ def test_no_experiment_parses_its_own_command_line():
   found = []
   for dirpath, _, names in os.walk(EXPERIMENTS):
     for n in names:
-      if n.endswith(".py") and n not in NOT_YET_MOVED:
+      if n.endswith(".py"):
         why = _parses_a_command_line(os.path.join(dirpath, n))
         if why:
           found.append(f"{os.path.relpath(os.path.join(dirpath, n), ROOT)} {why}")
   scripts = sorted(n for n in os.listdir(EXPERIMENTS)
-                   if n.endswith(".py") and n not in ("__init__.py",) and n not in NOT_YET_MOVED)
+                   if n.endswith(".py") and n != "__init__.py")
   assert not found, found
   assert not scripts, f"scripts beside the experiment folders: {scripts}"
 
@@ -235,12 +233,10 @@ def test_a_folder_that_is_not_an_experiment_is_a_one_line_error(tmp_path):
 
 
 def test_every_results_folder_belongs_to_an_experiment_or_a_tool():
-  """results/<name>/ is written by experiments/<name>/ or tools/<name>/ (or, until it moves,
-  a script experiments/<name>.py)."""
-  owners = set(NAMES) | set(TOOL_NAMES) | {n[:-3] for n in NOT_YET_MOVED}
+  """results/<name>/ is written by experiments/<name>/ or tools/<name>/."""
+  owners = set(NAMES) | set(TOOL_NAMES)
   if os.path.isdir(TOOLS):
     owners |= {n for n in os.listdir(TOOLS) if os.path.isdir(os.path.join(TOOLS, n))}
   folders = {d for d in os.listdir(os.path.join(ROOT, "results"))
              if os.path.isdir(os.path.join(ROOT, "results", d))}
-  legacy_commands = {"demo", "bench", "flatness_bench", "ntp_bench", "verify"}  # until moved
-  assert folders <= owners | legacy_commands, sorted(folders - owners - legacy_commands)
+  assert folders <= owners, sorted(folders - owners)

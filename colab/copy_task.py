@@ -77,6 +77,16 @@ config = demo_config.get_config(VARIANT)
 config.results_dir = WORKDIR
 print(f"variant {VARIANT!r}, runs {list(demo.demo_runs())}, workdir {WORKDIR}")
 
+# %% [markdown]
+# ## The curves in TensorBoard
+#
+# Every run also writes the rows of its metrics.jsonl as TensorBoard events
+# (`<run>/tb/seed_<s>/`, a tag per kind and key: `train/loss`, `eval/test_em_hard`). On
+# Colab and in Jupyter this cell shows TensorBoard here, before training starts: it reloads
+# its data every 30 s, so the curves grow while the next cell trains.
+# (`EL_JAX_NOTEBOOK_TENSORBOARD=0` skips it, as the tests do: no server where none can be
+# reached.)
+
 # %%
 out = demo.run(config)
 

@@ -1,6 +1,6 @@
 """TensorBoard event files of a run: the rows of metrics.jsonl as scalars, one folder per seed.
 
-  <workdir>/tb/seed_<s>/events.out.tfevents.<time>.<host>.<n>
+  <workdir>/tb/seed_<s>/events.out.tfevents.<n>
 
   tensorboard --logdir <workdir>/tb          # or, in a notebook: %tensorboard --logdir ...
 
@@ -47,13 +47,13 @@ def values(row):
 
 
 def _tbx():
-  """tensorboardX's (scalar, Summary, Event, EventsWriter), imported on first use: its import
+  """tensorboardX's (scalar, Summary, Event, RecordWriter), imported on first use: its import
   takes a few tenths of a second, which a run with `train.tensorboard=False` does not pay."""
-  from tensorboardX.event_file_writer import EventsWriter
+  from tensorboardX import RecordWriter
   from tensorboardX.proto.event_pb2 import Event
   from tensorboardX.proto.summary_pb2 import Summary
   from tensorboardX.summary import scalar
-  return scalar, Summary, Event, EventsWriter
+  return scalar, Summary, Event, RecordWriter
 
 
 def to_event(row, wall_time):
@@ -67,41 +67,47 @@ def to_event(row, wall_time):
   return Event(step=int(row.get("step", 0)), wall_time=wall_time, summary=summary)
 
 
-_SEQ = re.compile(r"\.(\d{6})$")
+_SEQ = re.compile(r"tfevents\.(\d{6})$")
 
 
 class SeedEvents:
-  """The event file of one seed's folder: `append(row)`, `rewrite(rows)`, `close()`."""
+  """The event file of one seed's folder: `append(row)`, `rewrite(rows)`, `close()`. Files are
+  named `events.out.tfevents.<n>` (n = 000001, 000002, ...: TensorBoard reads a folder's files
+  in name order; no time or host in the name, so that a run's files are named alike on every
+  machine and at every try)."""
 
   def __init__(self, folder):
     self.folder = folder
     self.writer = None
 
-  def _open(self):
-    """A new event file, named after every file of the folder (sequence number `.NNNNNN`)."""
+  def _open(self, wall_time):
+    """A new event file, named after every file of the folder, opened by its version record."""
     os.makedirs(self.folder, exist_ok=True)
     seqs = [int(m.group(1)) for m in (_SEQ.search(p) for p in event_files(self.folder)) if m]
-    events_writer = _tbx()[3]
-    return events_writer(os.path.join(self.folder, "events"), f".{max(seqs, default=0) + 1:06d}")
+    path = os.path.join(self.folder, f"events.out.tfevents.{max(seqs, default=0) + 1:06d}")
+    _, _, Event, RecordWriter = _tbx()
+    writer = RecordWriter(path)
+    writer.write(Event(wall_time=wall_time, file_version="brain.Event:2").SerializeToString())
+    return writer
 
   def append(self, row, wall_time):
     event = to_event(row, wall_time)
     if event is None:
       return
     if self.writer is None:
-      self.writer = self._open()
-    self.writer.write_event(event)
+      self.writer = self._open(wall_time)
+    self.writer.write(event.SerializeToString())
     self.writer.flush()
 
   def rewrite(self, rows, wall_time):
     """The folder's events become `rows` (one new file; the older files removed)."""
     old = event_files(self.folder)
     self.close()
-    self.writer = self._open()
+    self.writer = self._open(wall_time)
     for row in rows:
       event = to_event(row, wall_time)
       if event is not None:
-        self.writer.write_event(event)
+        self.writer.write(event.SerializeToString())
     self.writer.flush()
     for path in old:
       try:

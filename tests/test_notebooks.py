@@ -141,11 +141,12 @@ def test_copy_task_notebook_runs(tmp_path, monkeypatch):
     assert (tmp_path / run / "seed_0" / "final.json").exists()
     assert_events_equal_metrics(str(tmp_path / run))
   assert f"TensorBoard skipped (EL_JAX_NOTEBOOK_TENSORBOARD=0); the events are under {tmp_path}" in text
-  # Training shows tqdm's notebook bar (a widget per run; el_jax.infra.progress), not log lines.
+  # Training shows tqdm's notebook bar (a widget per run; el_jax.infra.progress), not log lines
+  # (an evaluation that outlasts its delay on a loaded machine adds a bar of its own).
   training = [c for c in nb.cells if c.cell_type == "code" and "demo.run(" in c.source][0]
-  bars = [o for o in training.outputs if "data" in o and WIDGET in o.data]
-  assert len(bars) == 3, training.outputs
-  assert all("seed 0" in o.data.get("text/plain", "") for o in bars), bars
+  bars = [o.data.get("text/plain", "") for o in training.outputs
+          if "data" in o and WIDGET in o.data]
+  assert len([b for b in bars if b.startswith("seed 0: ")]) == 3, bars
   assert "seed 0: step " not in text
 
 

@@ -16,7 +16,8 @@ file before `write` returns (no background thread, nothing lost to a kill -9 onc
 logged). `rewrite(seed, rows)` replaces a seed's events by `rows` when a resume drops the rows
 logged past its checkpoint (`el_jax.infra.metrics.MetricsWriter.truncate`): a new file, named
 after the older ones, then the older ones removed, so that the events read back always
-equal metrics.jsonl. Only process 0 writes (the MetricsWriter of the other processes has no
+equal metrics.jsonl (an event's wall time is when it was written: rewritten events carry the
+time of the resume; a train row's own `time_s` is among its scalars). Only process 0 writes (the MetricsWriter of the other processes has no
 events, el_jax.infra.distributed); `train.tensorboard=False` turns them off.
 """
 import glob

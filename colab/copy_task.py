@@ -88,6 +88,17 @@ print(f"variant {VARIANT!r}, runs {list(demo.demo_runs())}, workdir {WORKDIR}")
 # reached.)
 
 # %%
+if os.environ.get("EL_JAX_NOTEBOOK_TENSORBOARD", "1") == "0":
+  print(f"TensorBoard skipped (EL_JAX_NOTEBOOK_TENSORBOARD=0); the events are under {WORKDIR}")
+elif importlib.util.find_spec("tensorboard") is None:
+  print(f'TensorBoard is not installed (pip install "el_jax[notebooks]"); the events are '
+        f"under {WORKDIR}")
+else:
+  print(f"TensorBoard on {WORKDIR} (it reloads every 30 s):")
+  # %load_ext tensorboard
+  # %tensorboard --logdir $WORKDIR
+
+# %%
 out = demo.run(config)
 
 # %% [markdown]

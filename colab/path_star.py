@@ -130,6 +130,7 @@ elif importlib.util.find_spec("tensorboard") is None:
   print(f'TensorBoard is not installed (pip install "el_jax[notebooks]"); the events are '
         f"under {WORKDIR}")
 else:
+  print(f"TensorBoard on {WORKDIR} (it reloads every 30 s):")
   # %load_ext tensorboard
   # %tensorboard --logdir $WORKDIR
 

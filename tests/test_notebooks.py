@@ -3,9 +3,10 @@
 Every colab/*.ipynb is checked for sync with its .py, and opens with the same install
 cell (the one place where a user sets EL_JAX_REPO); copy_task.ipynb, mlm_flatness.ipynb
 and path_star.ipynb are executed here (colab/ntp_linear.ipynb runs in
-tests/test_ntp_notebook.py). An executed notebook shows its training as tqdm's progress-bar
-widget (ipywidgets, el_jax.infra.progress), and its runs' TensorBoard events equal their
-metrics.jsonl; its `%tensorboard` cell is skipped (EL_JAX_NOTEBOOK_TENSORBOARD=0: no server
+tests/test_ntp_notebook.py). mlm_flatness and path_star show their training as tqdm's
+progress-bar widget (ipywidgets, el_jax.infra.progress; they turn config.progress on, which
+the `test` variants leave off), and every executed notebook's runs have TensorBoard events
+equal to their metrics.jsonl; its `%tensorboard` cell is skipped (EL_JAX_NOTEBOOK_TENSORBOARD=0: no server
 is started by the tests).
 """
 import glob
@@ -127,6 +128,14 @@ def _execute(name, monkeypatch, env):
 WIDGET = "application/vnd.jupyter.widget-view+json"
 
 
+def _training_bars(outputs):
+  """The progress-bar widgets of training among a notebook's outputs (their text form starts
+  with the loop's name, "seed 0: "; an evaluation that outlasts its delay has one of its own,
+  "seed 0 step 8: evaluating ...")."""
+  return [o for o in outputs if "data" in o and WIDGET in o.data
+          and o.data.get("text/plain", "").startswith("seed 0: ")]
+
+
 def test_copy_task_notebook_runs(tmp_path, monkeypatch):
   nb, outputs, text = _execute("copy_task", monkeypatch, {"EL_JAX_NOTEBOOK_WORKDIR": tmp_path})
   assert "CpuDevice" in text and "variant 'test'" in text
@@ -141,13 +150,6 @@ def test_copy_task_notebook_runs(tmp_path, monkeypatch):
     assert (tmp_path / run / "seed_0" / "final.json").exists()
     assert_events_equal_metrics(str(tmp_path / run))
   assert f"TensorBoard skipped (EL_JAX_NOTEBOOK_TENSORBOARD=0); the events are under {tmp_path}" in text
-  # Training shows tqdm's notebook bar (a widget per run; el_jax.infra.progress), not log lines
-  # (an evaluation that outlasts its delay on a loaded machine adds a bar of its own).
-  training = [c for c in nb.cells if c.cell_type == "code" and "demo.run(" in c.source][0]
-  bars = [o.data.get("text/plain", "") for o in training.outputs
-          if "data" in o and WIDGET in o.data]
-  assert len([b for b in bars if b.startswith("seed 0: ")]) == 3, bars
-  assert "seed 0: step " not in text
 
 
 def test_mlm_flatness_notebook_runs(tmp_path, monkeypatch):
@@ -158,7 +160,8 @@ def test_mlm_flatness_notebook_runs(tmp_path, monkeypatch):
     assert needle in text, text
   assert (tmp_path / "run" / "seed_0" / "final.json").exists()
   assert [o for o in outputs if "data" in o and "image/png" in o.data]  # the gap plot
-  assert [o for o in outputs if "data" in o and WIDGET in o.data]  # its training's bar
+  assert _training_bars(outputs), outputs  # tqdm's notebook bar (el_jax.infra.progress)
+  assert "seed 0: step " not in text  # no log lines
   assert_events_equal_metrics(str(tmp_path / "run"))
 
 
@@ -177,7 +180,8 @@ def test_path_star_notebook_runs(tmp_path, monkeypatch):
   assert "chance on the decision token: 1/d = 0.500" in text
   images = [o for o in outputs if "data" in o and "image/png" in o.data]
   assert len(images) == 3  # per-token losses (both runs), test accuracy per token (each run)
-  assert len([o for o in outputs if "data" in o and WIDGET in o.data]) >= 2  # a bar per run
+  assert len(_training_bars(outputs)) == 2, outputs  # tqdm's notebook bar, one per run
+  assert "seed 0: step " not in text  # no log lines
   for name in ("ce", "e1_warmup"):
     run = tmp_path / "run" / name
     assert (run / "seed_0" / "final.json").exists()

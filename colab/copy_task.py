@@ -77,6 +77,27 @@ config = demo_config.get_config(VARIANT)
 config.results_dir = WORKDIR
 print(f"variant {VARIANT!r}, runs {list(demo.demo_runs())}, workdir {WORKDIR}")
 
+# %% [markdown]
+# ## The curves in TensorBoard
+#
+# Every run also writes the rows of its metrics.jsonl as TensorBoard events
+# (`<run>/tb/seed_<s>/`, a tag per kind and key: `train/loss`, `eval/test_em_hard`). On
+# Colab and in Jupyter this cell shows TensorBoard here, before training starts: it reloads
+# its data every 30 s, so the curves grow while the next cell trains.
+# (`EL_JAX_NOTEBOOK_TENSORBOARD=0` skips it, as the tests do: no server where none can be
+# reached.)
+
+# %%
+if os.environ.get("EL_JAX_NOTEBOOK_TENSORBOARD", "1") == "0":
+  print(f"TensorBoard skipped (EL_JAX_NOTEBOOK_TENSORBOARD=0); the events are under {WORKDIR}")
+elif importlib.util.find_spec("tensorboard") is None:
+  print(f'TensorBoard is not installed (pip install "el_jax[notebooks]"); the events are '
+        f"under {WORKDIR}")
+else:
+  print(f"TensorBoard on {WORKDIR} (it reloads every 30 s):")
+  # %load_ext tensorboard
+  # %tensorboard --logdir $WORKDIR
+
 # %%
 out = demo.run(config)
 

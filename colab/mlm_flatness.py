@@ -75,7 +75,7 @@ from el_jax.run import setup as setup_lib
 
 VARIANT = os.environ.get("EL_JAX_NOTEBOOK_VARIANT", "cpu")
 WORKDIR = os.environ.get("EL_JAX_NOTEBOOK_WORKDIR") or tempfile.mkdtemp(prefix="mlm_")
-config = config_lib.get_config("pcfg_mlm", VARIANT, {"seeds": (0,)})
+config = config_lib.get_config("pcfg_mlm", VARIANT, {"seeds": (0,), "progress": True})
 print(jax.devices())
 print(f"variant {VARIANT!r}: encoder {config.model.num_layers} x {config.model.embed_dim}, "
       f"{config.train.num_steps} steps, workdir {WORKDIR}")
@@ -95,6 +95,27 @@ entropy = -np.sum(np.where(p > 0, p * np.log(np.where(p > 0, p, 1)), 0), -1)
 print(f"{lang.vocab_size} words, sentences of {test.lengths.min()}..{test.lengths.max()} "
       f"words; optimal one-token MLM loss on the test masks: {entropy.mean():.4f} nats "
       f"(+- {entropy.std(ddof=1) / np.sqrt(len(entropy)):.4f})")
+
+# %% [markdown]
+# ## The curves in TensorBoard
+#
+# Every run also writes the rows of its metrics.jsonl as TensorBoard events
+# (`<run>/tb/seed_<s>/`, a tag per kind and key: `train/loss`, `eval/test_em_hard`). On
+# Colab and in Jupyter this cell shows TensorBoard here, before training starts: it reloads
+# its data every 30 s, so the curves grow while the next cell trains.
+# (`EL_JAX_NOTEBOOK_TENSORBOARD=0` skips it, as the tests do: no server where none can be
+# reached.)
+
+# %%
+if os.environ.get("EL_JAX_NOTEBOOK_TENSORBOARD", "1") == "0":
+  print(f"TensorBoard skipped (EL_JAX_NOTEBOOK_TENSORBOARD=0); the events are under {WORKDIR}")
+elif importlib.util.find_spec("tensorboard") is None:
+  print(f'TensorBoard is not installed (pip install "el_jax[notebooks]"); the events are '
+        f"under {WORKDIR}")
+else:
+  print(f"TensorBoard on {WORKDIR} (it reloads every 30 s):")
+  # %load_ext tensorboard
+  # %tensorboard --logdir $WORKDIR
 
 # %% [markdown]
 # ## 2. Pre-training (resumes from its checkpoints if run again)

@@ -104,13 +104,35 @@ RUNS = {"CE": ("ce", {"loss.name": "ce"}),
 PAPER = {"CE": (0.289, 0.123, 0.472), "E1 + warmup": (0.655, 0.486, 0.976)}  # Table 1, G(2,3)
 
 configs = {label: config_lib.get_config("path_star", VARIANT,
-                                    {**GRAPH, **overrides, **({"seeds": SEEDS} if SEEDS else {})})
+                                    {**GRAPH, **overrides, "progress": True,
+                                     **({"seeds": SEEDS} if SEEDS else {})})
            for label, (_, overrides) in RUNS.items()}
 c = configs["CE"]
 print(jax.devices())
 print(f"variant {VARIANT!r}: G({c.data.degree},{c.data.path_len}) over {c.data.num_nodes} "
       f"nodes, model {c.model.num_layers} x {c.model.embed_dim}, {c.train.num_steps} steps "
       f"of {c.train.batch_size} graphs, seeds {tuple(c.seeds)}, workdir {WORKDIR}")
+
+# %% [markdown]
+# ## The curves in TensorBoard
+#
+# Every run also writes the rows of its metrics.jsonl as TensorBoard events
+# (`<run>/tb/seed_<s>/`, a tag per kind and key: `train/loss`, `eval/test_em_hard`). On
+# Colab and in Jupyter this cell shows TensorBoard here, before training starts: it reloads
+# its data every 30 s, so the curves grow while the next cell trains.
+# (`EL_JAX_NOTEBOOK_TENSORBOARD=0` skips it, as the tests do: no server where none can be
+# reached.)
+
+# %%
+if os.environ.get("EL_JAX_NOTEBOOK_TENSORBOARD", "1") == "0":
+  print(f"TensorBoard skipped (EL_JAX_NOTEBOOK_TENSORBOARD=0); the events are under {WORKDIR}")
+elif importlib.util.find_spec("tensorboard") is None:
+  print(f'TensorBoard is not installed (pip install "el_jax[notebooks]"); the events are '
+        f"under {WORKDIR}")
+else:
+  print(f"TensorBoard on {WORKDIR} (it reloads every 30 s):")
+  # %load_ext tensorboard
+  # %tensorboard --logdir $WORKDIR
 
 # %% [markdown]
 # Train both runs (each seed on the same fixed training graphs; a finished run is read back

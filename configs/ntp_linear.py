@@ -42,6 +42,7 @@ def get_config(arg="fig1"):
   c.steps = 20000  # iterations per optimizer
   c.log_every = 100  # metrics are recorded every this many iterations
   c.x64 = True  # float64: CE - H falls below float32 resolution
+  c.tensorboard = True  # write TensorBoard events of metrics.jsonl under workdir/tb (False: none)
   c.path_bounds = "1,2,4,8,16,32"  # regularisation path: norm bounds B ("" skips it)
   c.path_steps = 3000  # FISTA iterations per bound
 

@@ -6,7 +6,7 @@ from el_jax.run import config_blocks as blocks
 
 CONFIGS = ("copy_task", "hmm_mlm", "label_copy", "path_star", "pcfg_mlm", "text_lm")
 LOOP = {"num_steps", "log_every", "eval_every", "checkpoint_every", "stop_at_step", "vmap_seeds",
-        "vmap_seeds_impl", "cpu_dots", "attention_blocks"}
+        "vmap_seeds_impl", "cpu_dots", "attention_blocks", "tensorboard"}
 
 
 @pytest.mark.parametrize("name", CONFIGS)
@@ -33,7 +33,7 @@ def test_loop_adds_optional_fields_only_when_given():
   t = blocks.loop(ml_collections.ConfigDict(), num_steps=5, log_every=1, eval_every=0,
                   checkpoint_every=5)
   assert set(t) == LOOP and t.stop_at_step == 0 and t.cpu_dots == "xla"
-  assert t.attention_blocks == 1
+  assert t.attention_blocks == 1 and t.tensorboard is True
   t = blocks.loop(ml_collections.ConfigDict(), num_steps=5, log_every=1, eval_every=0,
                   checkpoint_every=5, keep_checkpoints=0, init_from="")
   assert set(t) == LOOP | {"keep_checkpoints", "init_from"}

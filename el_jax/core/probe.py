@@ -79,6 +79,7 @@ import optax
 from flax import nnx
 
 from el_jax.core.models import decoder
+from el_jax.infra import progress
 
 _STD_FLOOR = 1e-3  # relative to the mean train std over features (see module docstring)
 
@@ -505,7 +506,8 @@ def linear_probe_selected(x_train, y_train, x_valid, y_valid, x_test, y_test, nu
   if not grid:
     raise ValueError("grid is empty; give at least one setting")
   best, selection = None, []
-  for setting in grid:
+  # Progress over the settings, named by the caller's `progress.label`, if it takes a while.
+  for setting in progress.iterate(grid, total=len(grid), unit="setting"):
     clash = set(setting) & set(kwargs)
     if clash:
       raise ValueError(f"{sorted(clash)} are set both in the grid and as keyword arguments")
@@ -653,6 +655,8 @@ def fine_tune(graphdef, params, train, valid, test, num_classes, *, seeds=(0, 1,
     return correct / m
 
   per_seed = []
+  bar = progress.Bar(len(seeds) * epochs, progress.current_label("fine-tuning"), unit="epoch",
+                     delay_s=progress.PHASE_DELAY_S)
   for seed in seeds:
     state = init(params, jax.random.key(seed))
     losses, va_c, te_c = [], [], []
@@ -670,8 +674,10 @@ def fine_tune(graphdef, params, train, valid, test, num_classes, *, seeds=(0, 1,
       losses.append(float(tot) / n)
       va_c.append(accuracy(state["params"], va))
       te_c.append(accuracy(state["params"], te))
+      bar.update(1)
     best = int(np.argmax(va_c))  # first epoch with the highest valid accuracy
     per_seed.append((te_c[best], va_c[best], best + 1, losses, va_c, te_c))
+  bar.close()
   res = {"test_acc": [p[0] for p in per_seed], "valid_acc": [p[1] for p in per_seed],
          "epoch": [p[2] for p in per_seed],
          "train_loss": np.array([p[3] for p in per_seed]),

@@ -12,7 +12,8 @@ included), with their plots, checkpoints and summaries. The rest is in extras:
   data       tensorflow-datasets, grain, array-record: `data.pipeline="grain"`,
              `el_jax.core.data.tfds_builders`, the GLUE tasks of the LM-sampled language
   test       pytest, pytest-xdist, setuptools (the suite; tests/test_install.py builds the wheel)
-  notebooks  jupytext, nbclient, nbformat, ipykernel (colab/, executed by the suite)
+  notebooks  jupytext, nbclient, nbformat, ipykernel (colab/, executed by the suite), tensorboard
+             (`%tensorboard` in them), ipywidgets (tqdm's progress bar in a notebook)
   all        the four above
 
   pip install "el_jax[text,data]"     # or, in a clone: pip install -e ".[text,data]"

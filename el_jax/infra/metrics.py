@@ -2,7 +2,10 @@
 
 `MetricsWriter` appends rows and, on resume, drops those logged past the resume point; a
 torn last line (a killed run) is dropped with a warning, a malformed line elsewhere is an
-error naming the file and line. `read_rows(workdir)` reads a run's rows.
+error naming the file and line. With `events` (an `el_jax.infra.tensorboard.RunEvents`) every
+row is also a TensorBoard event of `<workdir>/tb/seed_<s>/`, and the events of a seed that
+resumes are rewritten from its kept rows: the events read back equal metrics.jsonl.
+`read_rows(workdir)` reads a run's rows.
 """
 import json
 import os
@@ -22,17 +25,21 @@ class MetricsWriter:
 
   A torn last line (a run killed mid-write) is dropped with a warning, when
   reading and (`repair`) before appending; a malformed line elsewhere is an
-  error naming the file and line.
+  error naming the file and line. `events`: an `el_jax.infra.tensorboard.RunEvents` that
+  gets every row too (None: no TensorBoard events).
   """
 
-  def __init__(self, path):
+  def __init__(self, path, events=None):
     self.path = path
+    self.events = events
 
   def write(self, row):
     line = json.dumps(row) + "\n"
     with wd.uninterrupted():  # a signal waits for the row: never a torn line from a stop
       with open(self.path, "a") as f:
         f.write(line)
+      if self.events is not None:  # after the line: an event is never ahead of metrics.jsonl
+        self.events.write(row)
 
   def _read(self):
     """(rows, torn): the parsed rows and whether the last line was torn."""
@@ -82,12 +89,29 @@ class MetricsWriter:
 
   def truncate(self, seed, after_step, eval_at=None):
     """Drops rows of `seed` logged after `after_step` (they will be recomputed), and
-    its eval rows at step `eval_at` (an evaluation about to be redone)."""
+    its eval rows at step `eval_at` (an evaluation about to be redone). The seed's events
+    are rewritten from its kept rows (those of a killed run may lack its last rows, or hold
+    rows metrics.jsonl no longer has)."""
     rows = self.rows()
     keep = [r for r in rows if r.get("seed") != seed or (
         r.get("step", -1) <= after_step and not (r.get("kind") == "eval" and r.get("step") == eval_at))]
-    if len(keep) != len(rows):
-      self._rewrite(keep)
+    with wd.uninterrupted():
+      if len(keep) != len(rows):
+        self._rewrite(keep)
+      if self.events is not None:
+        self.events.rewrite(seed, [r for r in keep if r.get("seed") == seed])
+
+  def backfill(self, seed):
+    """Writes the events of a finished `seed` from its rows if its folder has none (a run
+    trained without them, or with `train.tensorboard=False`)."""
+    if self.events is not None and not self.events.has_events(seed):
+      with wd.uninterrupted():
+        self.events.rewrite(seed, [r for r in self.rows() if r.get("seed") == seed])
+
+  def close(self):
+    """Closes the event files (metrics.jsonl is opened per row)."""
+    if self.events is not None:
+      self.events.close()
 
 
 class NoMetrics(MetricsWriter):
@@ -100,6 +124,9 @@ class NoMetrics(MetricsWriter):
     pass
 
   def truncate(self, seed, after_step, eval_at=None):
+    pass
+
+  def backfill(self, seed):
     pass
 
 

@@ -301,7 +301,8 @@ def inert_keys(flat):
   disabled `adversarial` block, the default `data.pipeline="memory"`,
   `data.max_sentences=0`, `train.cpu_dots="xla"`, `train.attention_blocks=1` and the HMM's
   default (Uniform) draw, `data.trans_concentration` / `data.emit_concentration` = 0, and
-  the default initialisation `model.init_std` = 0.02. A field
+  the default initialisation `model.init_std` = 0.02, and whether TensorBoard events are
+  written (`train.tensorboard`, ntp_linear's `tensorboard`: any value). A field
   added to the configs later is
   inert in the old runs' configs too, so their workdirs and result rows stay comparable."""
   out = set()
@@ -331,6 +332,7 @@ def inert_keys(flat):
       out.add(k)
   if flat.get("model.init_std", 0.02) in (0.02, "<absent>"):  # GPT-2's initialisation
     out.add("model.init_std")
+  out |= {"train.tensorboard", "tensorboard"}  # TensorBoard events: logging only
   return out
 
 

@@ -100,6 +100,7 @@ def loop(train, *, num_steps, log_every, eval_every, checkpoint_every, keep_chec
   train.vmap_seeds_impl = "auto"  # its step: "vmap" | "map" (lax.map over seeds) | "auto" (map on CPU, else vmap)
   train.cpu_dots = "xla"  # matmuls on CPU: "xla" (XLA's choice, YNNPACK in jax 0.10.2; committed results) | "eigen" (Eigen: other rounding) | "auto" (per CPU kind, step.CPU_KINDS: docs/bench.md)
   train.attention_blocks = 1  # causal attention in this many query blocks, each against the keys up to its end (1 = one einsum, committed results; 4: fewer FLOPs, faster on CPU: docs/bench.md; other rounding)
+  train.tensorboard = True  # write TensorBoard events of the metrics rows under <workdir>/tb (el_jax.infra.tensorboard; False: none)
   if keep_checkpoints is not None:
     train.keep_checkpoints = keep_checkpoints  # newest checkpoints kept (0 = all: measure flatness / probes along training)
   if init_from is not None:

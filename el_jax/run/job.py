@@ -18,6 +18,9 @@ plots. Layout of `workdir`:
                          fields named by `allow_config_change`, logged in `config_changes`)
   .lock                  pid / host of the run using the workdir (`el_jax.infra.workdir.Lock`)
   metrics.jsonl          one JSON row per log / eval / flatness event (field `seed`)
+  tb/seed_<s>/           TensorBoard events of those rows, a tag per kind and key (train/loss,
+                         eval/test_em_hard; `el_jax.infra.tensorboard`; train.tensorboard=False:
+                         none): `tensorboard --logdir <workdir>/tb`
   summary.json           final metrics per split, per seed and aggregated over seeds, and
                          `ran_on` (el_jax.infra.provenance: platform, device, versions, precision)
   seed_<s>/checkpoints/  orbax checkpoints (automatic resume; `train.keep_checkpoints`)
@@ -43,6 +46,7 @@ from el_jax.infra import metrics as metrics_lib
 from el_jax.core.models import decoder
 from el_jax.infra import progress
 from el_jax.infra import provenance
+from el_jax.infra import tensorboard
 from el_jax.run import seeds as seeds_lib
 from el_jax.report import stats
 from el_jax.core import tasks
@@ -58,7 +62,7 @@ from el_jax.run import setup as setup_lib
 RESUMABLE_FIELDS = frozenset({
     "seeds", "progress", "num_devices", "train.stop_at_step", "train.log_every",
     "train.eval_every", "train.checkpoint_every", "train.keep_checkpoints",
-    "train.vmap_seeds", "train.vmap_seeds_impl"})
+    "train.vmap_seeds", "train.vmap_seeds_impl", "train.tensorboard"})
 
 
 def resumable_fields(config):
@@ -264,8 +268,30 @@ def _train_and_evaluate(config, workdir, allow):
     return summary
   setup = setup_lib.Setup(config, validated=True)
   trainer = setup_lib.Trainer(setup)
-  writer = (metrics_lib.MetricsWriter if distributed.is_main() else metrics_lib.NoMetrics)(
-      os.path.join(workdir, "metrics.jsonl"))
+  writer = metrics_writer(config, workdir)
+  try:
+    return _train_and_summarize(config, workdir, setup, trainer, writer, changes, plots)
+  finally:
+    writer.close()
+
+
+def metrics_writer(config, workdir):
+  """The MetricsWriter of a run in `workdir`: process 0's, with the TensorBoard events of its
+  rows under `<workdir>/tb` unless `train.tensorboard` is False; the other processes' writes
+  nothing (el_jax.infra.distributed)."""
+  path = os.path.join(workdir, "metrics.jsonl")
+  if not distributed.is_main():
+    return metrics_lib.NoMetrics(path)
+  root = os.path.join(workdir, tensorboard.TB_DIR)
+  if config.train.get("tensorboard", True):
+    return metrics_lib.MetricsWriter(path, tensorboard.RunEvents(root))
+  if os.path.isdir(root):
+    print(f"train.tensorboard=False: the TensorBoard events in {root} are no longer updated "
+          f"(metrics.jsonl is)", file=sys.stderr)
+  return metrics_lib.MetricsWriter(path)
+
+
+def _train_and_summarize(config, workdir, setup, trainer, writer, changes, plots):
   writer.repair()
   history = distributed.from_main(
       lambda: config_lib.record_config(config, workdir, changes, _resume_points(config, workdir)))

@@ -37,6 +37,7 @@ from el_jax.core.data import mlm_data
 from el_jax.core import flatness
 from el_jax.infra import metrics as metrics_lib
 from el_jax.core import probe
+from el_jax.infra import progress
 from el_jax.report import stats
 from el_jax.core import step as step_lib
 from el_jax.infra import workdir as wd
@@ -136,14 +137,19 @@ class Measurer:
     """Tr(H) of `params` (appendix B.1 and Hutchinson); `step` is not used in the estimate."""
     s = self.settings
     fisher = []
-    for r, b in enumerate(self.flat_batches):
-      res = flatness.fisher_trace(self.logits_fn, params, b, key=jax.random.key(1000 + r),
-                                  num_samples=s.fisher_samples, probe="labels",
-                                  chunk_size=s.chunk, validate=r == 0)
-      fisher.append(res.estimate)
-    hutch = flatness.hessian_trace_over_batches(
-        self.loss_fn, params, self.flat_batches, key=jax.random.key(7),
-        num_probes=s.hutchinson_probes, chunk_size=2)
+    # Progress (a phase of a few seconds or more): the B.1 repetitions, then Hutchinson's.
+    with progress.Bar(len(self.flat_batches) + 1, f"Tr(H) of checkpoint {step}",
+                      unit="estimate", delay_s=progress.PHASE_DELAY_S) as bar:
+      for r, b in enumerate(self.flat_batches):
+        res = flatness.fisher_trace(self.logits_fn, params, b, key=jax.random.key(1000 + r),
+                                    num_samples=s.fisher_samples, probe="labels",
+                                    chunk_size=s.chunk, validate=r == 0)
+        fisher.append(res.estimate)
+        bar.update(1)
+      hutch = flatness.hessian_trace_over_batches(
+          self.loss_fn, params, self.flat_batches, key=jax.random.key(7),
+          num_probes=s.hutchinson_probes, chunk_size=2)
+      bar.update(1)
     return {"trace_b1": float(np.mean(fisher)), "trace_b1_std": float(np.std(fisher, ddof=1)),
             "trace_b1_reps": fisher, "trace_hutchinson": hutch.estimate,
             "trace_hutchinson_stderr": hutch.stderr}
@@ -195,9 +201,20 @@ class Measurer:
   def probes(self, graphdef, params):
     """Linear-probe results per downstream task (`probe_features` on the model's final hidden
     states, `probe.encode`)."""
-    return {name: self.probe_features(
-        ds, lambda sp: probe.encode(graphdef, params, sp.tokens, sp.segment_ids))
-        for name, ds in self.tasks.items()}
+    return self._per_task("linear probe", lambda name, ds: self.probe_features(
+        ds, lambda sp: probe.encode(graphdef, params, sp.tokens, sp.segment_ids)))
+
+  def _per_task(self, what, fn, tasks=None):
+    """{task: fn(name, ds)} over `tasks` (default: every task), with progress over the tasks
+    and, inside, each one labelled "<what> of task <name>" (`el_jax.infra.progress`)."""
+    tasks = self.tasks if tasks is None else tasks
+    out = {}
+    with progress.Bar(len(tasks), f"{what}s", unit="task", delay_s=progress.PHASE_DELAY_S) as bar:
+      for name, ds in tasks.items():
+        with progress.label(f"{what} of task {name}"):
+          out[name] = fn(name, ds)
+        bar.update(1)
+    return out
 
   def fine_tune_seeds(self):
     return [int(x) for x in self.settings.fine_tune_seeds.split(",") if x.strip()]
@@ -207,13 +224,13 @@ class Measurer:
     protocol: CLS head, AdamW lr 1e-4, 200 warmup steps then linear decay, batch 32; the
     epoch chosen on valid); {} when no fine-tuning seeds are set."""
     seeds = self.fine_tune_seeds()
-    out = {}
-    for name, ds in self.tasks.items() if seeds else ():
+
+    def one(name, ds):
       r = probe.fine_tune(graphdef, params, ds.train, ds.valid, ds.test, ds.num_classes,
                           seeds=seeds, epochs=self.settings.fine_tune_epochs, head="cls",
                           lr=1e-4, warmup_steps=200)
-      out[name] = {k: r[k] for k in RESULT_KEYS}
-    return out
+      return {k: r[k] for k in RESULT_KEYS}
+    return self._per_task("fine-tuning", one, self.tasks if seeds else {})
 
   def random_init_params(self, seed):
     """The parameters model seed `seed` starts pre-training from (`decoder.init`)."""
@@ -237,8 +254,8 @@ class Measurer:
     if fine_tune and self.fine_tune_seeds():
       ft = {seed: self.fine_tunes(graphdef, self.random_init_params(seed))
             for seed in model_seeds}
-    out = {}
-    for name, ds in self.tasks.items():
+
+    def one(name, ds):
       row = {"num_test": len(ds.test)}
       if language_rows:
         row.update({"majority": downstream.majority_accuracy(ds),
@@ -260,8 +277,8 @@ class Measurer:
             ds, lambda sp, p=params: probe.encode(graphdef, p, sp.tokens, sp.segment_ids))
       if ft:
         row["fine_tune_random_init"] = {str(seed): r[name] for seed, r in ft.items()}
-      out[name] = row
-    return out
+      return row
+    return self._per_task("sanity row", one)
 
 
 def encoder_run_config(workdir, need):

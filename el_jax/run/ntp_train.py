@@ -10,6 +10,9 @@ trains W with each configured optimizer and writes:
   workdir/config.json    the config (written first, atomically);
   workdir/metrics.jsonl  one object per logged iteration and optimizer
                          (written whole at the end: temp file + os.replace);
+  workdir/tb/seed_<seed>/ TensorBoard events of metrics.jsonl's rows, a tag per optimizer and
+                         metric (gd/gap, adam/cos_mm; `el_jax.infra.tensorboard`; written
+                         after it; config.tensorboard=False: none);
   workdir/summary.json   instance facts, solver outputs, final metrics (atomic);
   workdir/*.png          Fig. 1 (if d = 2), optimizer comparison, reg. path.
 """
@@ -26,6 +29,7 @@ from el_jax.core.ntp import data as data_lib
 from el_jax.core.ntp import dynamics
 from el_jax.core.ntp import geometry
 from el_jax.core.ntp import plots
+from el_jax.infra import tensorboard
 from el_jax.infra import workdir as wd
 
 
@@ -106,6 +110,9 @@ def validate_config(config):
                      f"are recorded every log_every steps, at steps 0, log_every, ..., steps)")
   if not isinstance(config.x64, bool):
     raise ValueError(f"x64={config.x64!r} must be True or False")
+  if not isinstance(config.get("tensorboard", True), bool):
+    raise ValueError(f"tensorboard={config.tensorboard!r} must be True or False (write "
+                     f"TensorBoard events of metrics.jsonl's rows, or not)")
   try:
     Bs = parse_floats(config.path_bounds)
   except ValueError:
@@ -181,6 +188,18 @@ def describe(ds, svm=None):
   return out, svm
 
 
+def write_events(workdir, seed, records):
+  """The TensorBoard events of metrics.jsonl's `records` in `<workdir>/tb/seed_<seed>/` (the
+  instance's seed), the optimizer as the kind of each row (tags "gd/gap", "adam/cos_mm"):
+  the folder's earlier events are replaced."""
+  events = tensorboard.RunEvents(os.path.join(workdir, tensorboard.TB_DIR))
+  try:
+    events.sync([{"seed": seed, "kind": r["optimizer"],
+                  **{k: v for k, v in r.items() if k != "optimizer"}} for r in records])
+  finally:
+    events.close()
+
+
 def train_and_evaluate(config, workdir):
   """Runs the config; returns the summary dict (also written to summary.json).
 
@@ -202,7 +221,7 @@ def _run(config, workdir, names):
     print(f"instance not compatible/separable: {info}")
   else:
     prob = dynamics.targets(ds, svm)
-    hists, rows = {}, []
+    hists, rows, records = {}, [], []
     for name in names:
       lr = float(config.lr[name])
       t0 = time.perf_counter()
@@ -211,14 +230,17 @@ def _run(config, workdir, names):
       dt = time.perf_counter() - t0
       hists[f"{name} lr={lr:g}"] = h
       for i in range(len(h["step"])):
-        rows.append(json.dumps({"optimizer": name, "lr": lr, "step": int(h["step"][i]),
-                                **{k: float(h[k][i]) for k in dynamics.METRICS}}) + "\n")
+        records.append({"optimizer": name, "lr": lr, "step": int(h["step"][i]),
+                        **{k: float(h[k][i]) for k in dynamics.METRICS}})
+        rows.append(json.dumps(records[-1]) + "\n")
       summary["runs"][name] = dict(lr=lr, steps=config.steps, time_s=dt,
                                    **{k: float(h[k][-1]) for k in dynamics.METRICS})
       if name == "gd" and ds.d == 2:
         plots.fig1(ds.H, ds.P, W, h, os.path.join(workdir, "fig1.png"))
     # Whole, at once: a kill leaves the previous metrics.jsonl or this one, never a torn file.
     wd.write_text(os.path.join(workdir, "metrics.jsonl"), "".join(rows))
+    if config.get("tensorboard", True):
+      write_events(workdir, config.seed, records)
     plots.compare(hists, os.path.join(workdir, "convergence.png"),
                   f"m={ds.m}, d={ds.d}, V={ds.V}, H={info['entropy']:.4f}")
     Bs = parse_floats(config.path_bounds)

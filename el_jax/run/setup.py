@@ -412,6 +412,9 @@ def validate_config(config):
                        f"random weights")
   if not isinstance(config.get("progress", True), bool):
     raise ValueError(f"progress={config.progress!r} must be True or False")
+  if not isinstance(t.get("tensorboard", True), bool):
+    raise ValueError(f"train.tensorboard={t.tensorboard!r} must be True or False (write "
+                     f"TensorBoard events of the metrics rows, or not)")
   n = config.get("num_devices", 0)
   if _not_int(n) or n < 0:
     raise ValueError(f"num_devices={n!r} must be an integer >= 0 (0 = all local devices)")

@@ -100,6 +100,7 @@ def seed_status(seed, workdir, tcfg, writer):
   sdir = os.path.join(workdir, f"seed_{seed}")
   final = distributed.from_main(lambda: read_final(seed, sdir, tcfg.num_steps))
   if final is not None:
+    writer.backfill(seed)  # its TensorBoard events, if it finished without them
     return "finished", final
   os.makedirs(sdir, exist_ok=True)
   distributed.from_main(lambda: check_ran_on(seed, sdir, record=True))

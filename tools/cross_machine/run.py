@@ -3,8 +3,9 @@ r"""The pairs of committed rows with the same config and a shared seed (`run(con
 Every grid row under results/ (a row with `config`, `seeds` and `per_seed`; the tools'
 analysis.json files are not rows) is matched with every row of another file whose config is
 the same field for field (on the fields both record: files written by older code lack fields
-added later, and `seeds`, `progress`, `num_devices` and the evaluation / logging / checkpoint
-intervals, which do not change what is trained, are not compared) and that shares a seed. For
+added later, and `seeds`, `progress`, `num_devices`, the evaluation / logging / checkpoint
+intervals and the TensorBoard switch, which do not change what is trained, are not compared)
+and that shares a seed. For
 each pair cross_machine.json gives the largest per-seed difference over the metrics both
 record, where it is, the fields only one of the two records, and each file's last commit
 (`git log`, when run in a checkout). `config.rerun` adds workdirs of `python -m el_jax.main`
@@ -22,7 +23,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 COMMAND = "python -m el_jax.experiment --config=tools/cross_machine/config.py:cpu"
 # Fields that do not change what is trained or evaluated.
 IGNORED = ("seeds", "progress", "num_devices", "train.eval_every", "train.log_every",
-           "train.checkpoint_every", "train.stop_at_step")
+           "train.checkpoint_every", "train.stop_at_step", "train.tensorboard", "tensorboard")
 # Fields added to the config after some committed rows were written, with the value every run
 # before had (el_jax/run/config.py's defaults): a row that lacks one matches a row that records
 # this value, and no other.

@@ -26,6 +26,7 @@ import os
 import numpy as np
 
 from el_jax.infra import extras
+from el_jax.infra import progress
 
 EOT = "<|endoftext|>"
 EOT_ID = 50256
@@ -86,11 +87,27 @@ def encode(text, vocab_size=None):
   return ids
 
 
-def encode_batch(texts, vocab_size=None):
+ENCODE_CHUNK = 8192  # texts per `tokenizers` call of `encode_batch` (its progress steps)
+
+
+def encode_batch(texts, vocab_size=None, desc=None):
   """Token ids of each string of `texts` (list of lists; parallel inside `tokenizers`); with
-  `vocab_size` (the model's), a ValueError naming the text if an id is >= vocab_size."""
+  `vocab_size` (the model's), a ValueError naming the text if an id is >= vocab_size. `desc`:
+  progress under that name if it takes more than a few seconds (texts are encoded
+  independently, so the chunks give the ids of one call)."""
   texts = list(texts)
-  out = [e.ids for e in tokenizer().encode_batch(texts, add_special_tokens=False)]
+  step = ENCODE_CHUNK if desc else max(len(texts), 1)
+  bar = progress.Bar(len(texts), desc, unit="text", delay_s=progress.PHASE_DELAY_S) if desc else None
+  out = []
+  try:
+    for lo in range(0, len(texts), step):
+      part = texts[lo:lo + step]
+      out += [e.ids for e in tokenizer().encode_batch(part, add_special_tokens=False)]
+      if bar is not None:
+        bar.update(len(part))
+  finally:
+    if bar is not None:
+      bar.close()
   if vocab_size is not None and max((max(x) for x in out if x), default=-1) >= vocab_size:
     i = next(i for i, x in enumerate(out) if x and max(x) >= vocab_size)
     check_ids(out[i], vocab_size, f"the GPT-2 tokens of text {i} ({texts[i][:40]!r})",

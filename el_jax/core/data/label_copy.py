@@ -76,6 +76,7 @@ import numpy as np
 from el_jax.core import data
 from el_jax.core.data import gpt2_bpe
 from el_jax.core.data import texts
+from el_jax.infra import progress
 from el_jax.infra import workdir as wd
 
 SEPARATOR = " Label:"
@@ -310,22 +311,29 @@ def _labels(corpus, pool):
 def _select(corpus, pool, order, max_tokens, need):
   """Walks `pool[order]`, keeping sentences of <= max_tokens tokens until `need` (None = all).
 
-  Returns (kept sentence indices, their first-half ids, second-half ids).
+  Returns (kept sentence indices, their first-half ids, second-half ids). Progress (sentences
+  kept of `need`, else sentences tokenized) if it takes more than a few seconds.
   """
   sentences = texts.load_sentences(corpus)
   kept, first, second = [], [], []
-  for lo in range(0, len(order), CHUNK):
-    idx = pool[order[lo:lo + CHUNK]]
-    halves = [split_words(sentences[i][0]) for i in idx]
-    ids = gpt2_bpe.encode_batch([" " + h for pair in halves for h in pair])
-    for j, i in enumerate(idx):
-      a, b = ids[2 * j], ids[2 * j + 1]
-      if len(a) + len(b) <= max_tokens:
-        kept.append(int(i))
-        first.append(a)
-        second.append(b)
-        if need is not None and len(kept) == need:
-          return kept, first, second
+  with progress.Bar(need if need is not None else len(order),
+                    f"label_copy: tokenizing the {corpus} sentences", unit="sentence",
+                    delay_s=progress.PHASE_DELAY_S) as bar:
+    for lo in range(0, len(order), CHUNK):
+      idx = pool[order[lo:lo + CHUNK]]
+      halves = [split_words(sentences[i][0]) for i in idx]
+      ids = gpt2_bpe.encode_batch([" " + h for pair in halves for h in pair])
+      before = len(kept)
+      for j, i in enumerate(idx):
+        a, b = ids[2 * j], ids[2 * j + 1]
+        if len(a) + len(b) <= max_tokens:
+          kept.append(int(i))
+          first.append(a)
+          second.append(b)
+          if need is not None and len(kept) == need:
+            bar.update(len(kept) - before)
+            return kept, first, second
+      bar.update(len(kept) - before if need is not None else len(idx))
   return kept, first, second
 
 

@@ -104,6 +104,7 @@ from el_jax.core.data import gpt2_bpe
 from el_jax.core.data import mlm_data
 from el_jax.core.models import decoder
 from el_jax.core.models import pretrained
+from el_jax.infra import progress
 from el_jax.infra import workdir as wd
 
 TINY_RANDOM = "tiny-random"  # data.generator: the random tiny GPT-2 of `tiny_random_gpt2`
@@ -465,12 +466,15 @@ class LMLanguage:
     key = _key(seed)
     b = max(1, min(self.sample_batch, num))
     out = np.empty((num, self.length), np.int32)
-    with jax.default_matmul_precision(PRECISION):
+    with jax.default_matmul_precision(PRECISION), progress.Bar(
+        num, progress.current_label("lm_language") + ": sampling", unit="sentence",
+        delay_s=progress.PHASE_DELAY_S) as bar:
       for lo in range(0, num, b):
         rows = jnp.arange(lo, lo + b, dtype=jnp.uint32)
         js, _ = _sample_jit(self._graphdef, self.length, self.bos_id, False, self.params,
                             self._ids, key, rows)
         out[lo:lo + b] = np.asarray(js)[:min(b, num - lo)]
+        bar.update(min(b, num - lo))
     return out
 
   # --- exact conditionals --------------------------------------------------------
@@ -501,7 +505,9 @@ class LMLanguage:
     out = np.empty(total, np.float64)
     cand_all = np.tile(np.arange(k, dtype=np.int32), n)
     sent_all = np.repeat(np.arange(n), k)
-    with jax.default_matmul_precision(PRECISION):
+    with jax.default_matmul_precision(PRECISION), progress.Bar(
+        total, progress.current_label("lm_language") + ": exact conditionals",
+        unit="pass", delay_s=progress.PHASE_DELAY_S) as bar:
       for lo in range(0, total, c):
         hi = min(lo + c, total)
         idx = np.arange(lo, lo + c) % max(total, 1)  # the last chunk padded with real rows
@@ -509,6 +515,7 @@ class LMLanguage:
         scores = _candidate_scores(self._graphdef, self.bos_id, self.params, self._ids, tok[s],
                                    pos[s], cand_all[idx])
         out[lo:hi] = np.asarray(scores, np.float64)[:hi - lo]
+        bar.update(hi - lo)
     return out.reshape(n, k)
 
   def mlm_conditionals(self, tokens, positions):
@@ -719,13 +726,14 @@ def build(d, lang):
     out = {"vocab_ids": lang.vocab_ids}
     for name in mlm_data.SPLITS:
       stream = mlm_data.STREAMS[name]
-      tokens = lang.sample(sizes[name], [d.data_seed, stream])
-      out[f"{name}_tokens"] = tokens.astype(np.int16 if k + 2 < 2 ** 15 else np.int32)
-      if name != "train":
-        mask_pos = mlm_data.fixed_mask_positions(np.full(sizes[name], n),
-                                                 [d.data_seed, stream, 1])
-        out[f"{name}_mask_pos"] = mask_pos
-        out[f"{name}_cond_mask"] = _conditionals_at(lang, tokens, mask_pos)
+      with progress.label(f"lm_language: the {name} split"):
+        tokens = lang.sample(sizes[name], [d.data_seed, stream])
+        out[f"{name}_tokens"] = tokens.astype(np.int16 if k + 2 < 2 ** 15 else np.int32)
+        if name != "train":
+          mask_pos = mlm_data.fixed_mask_positions(np.full(sizes[name], n),
+                                                   [d.data_seed, stream, 1])
+          out[f"{name}_mask_pos"] = mask_pos
+          out[f"{name}_cond_mask"] = _conditionals_at(lang, tokens, mask_pos)
     return out
 
   built = not os.path.exists(path)

@@ -65,6 +65,7 @@ import numpy as np
 from el_jax.core import data
 from el_jax.core.data import hmm as hmm_lib
 from el_jax.core.data import pcfg as pcfg_lib
+from el_jax.infra import progress
 from el_jax.infra import workdir as wd
 
 LANGUAGES = ("pcfg", "hmm", "lm")
@@ -293,41 +294,47 @@ def fixed_mask_positions(lengths, seed):
   return np.minimum((u * lengths).astype(np.int64), np.asarray(lengths) - 1).astype(np.int32)
 
 
-def _sample(d, lang, num, seed):
-  """(tokens [num, T] int32 PAD-padded, lengths [num] int32, states [num, T] int32 or None)."""
+def _sample(d, lang, num, seed, desc="mlm_data: sampling"):
+  """(tokens [num, T] int32 PAD-padded, lengths [num] int32, states [num, T] int32 or None);
+  progress (`desc`) if it takes more than a few seconds."""
   t, pad = int(d.max_len_tokens), lang.vocab_size + 1
   tokens = np.full((num, t), pad, np.int32)
   lengths = np.empty(num, np.int32)
   states = np.full((num, t), -1, np.int32) if d.language == "hmm" else None
-  for c, lo in enumerate(range(0, num, CHUNK)):
-    m = min(CHUNK, num - lo)
-    if d.language == "pcfg":
-      # PCFG.sample rejects length >= max_len, so sentences have <= T words.
-      sents = lang.sample(m, [*seed, c], max_len=t + 1)
-      for i, s in enumerate(sents):
-        tokens[lo + i, :len(s)] = s
-        lengths[lo + i] = len(s)
-    else:
-      tok, st = lang.sample(m, d.length, [*seed, c])
-      tokens[lo:lo + m, :d.length] = tok
-      states[lo:lo + m, :d.length] = st
-      lengths[lo:lo + m] = d.length
+  with progress.Bar(num, desc, unit="sentence", delay_s=progress.PHASE_DELAY_S) as bar:
+    for c, lo in enumerate(range(0, num, CHUNK)):
+      m = min(CHUNK, num - lo)
+      if d.language == "pcfg":
+        # PCFG.sample rejects length >= max_len, so sentences have <= T words.
+        sents = lang.sample(m, [*seed, c], max_len=t + 1)
+        for i, s in enumerate(sents):
+          tokens[lo + i, :len(s)] = s
+          lengths[lo + i] = len(s)
+      else:
+        tok, st = lang.sample(m, d.length, [*seed, c])
+        tokens[lo:lo + m, :d.length] = tok
+        states[lo:lo + m, :d.length] = st
+        lengths[lo:lo + m] = d.length
+      bar.update(m)
   return tokens, lengths, states
 
 
-def conditionals(lang, tokens, lengths):
-  """[N, T, V] float32 exact conditionals at every real position (zeros at padding)."""
+def conditionals(lang, tokens, lengths, desc="mlm_data: exact conditionals"):
+  """[N, T, V] float32 exact conditionals at every real position (zeros at padding); progress
+  (`desc`) if it takes more than a few seconds."""
   n, t = tokens.shape
   out = np.zeros((n, t, lang.vocab_size), np.float32)
-  for lo in range(0, n, COND_CHUNK):
-    hi = min(lo + COND_CHUNK, n)
-    if isinstance(lang, hmm_lib.HMM) and np.all(lengths[lo:hi] == lengths[lo]):
-      length = int(lengths[lo])
-      out[lo:hi, :length] = lang.mlm_conditionals_batch(tokens[lo:hi, :length])
-    else:
-      conds = lang.mlm_conditionals_batch([tokens[i, :lengths[i]] for i in range(lo, hi)])
-      for i, c in zip(range(lo, hi), conds):
-        out[i, :lengths[i]] = c
+  with progress.Bar(n, desc, unit="sentence", delay_s=progress.PHASE_DELAY_S) as bar:
+    for lo in range(0, n, COND_CHUNK):
+      hi = min(lo + COND_CHUNK, n)
+      if isinstance(lang, hmm_lib.HMM) and np.all(lengths[lo:hi] == lengths[lo]):
+        length = int(lengths[lo])
+        out[lo:hi, :length] = lang.mlm_conditionals_batch(tokens[lo:hi, :length])
+      else:
+        conds = lang.mlm_conditionals_batch([tokens[i, :lengths[i]] for i in range(lo, hi)])
+        for i, c in zip(range(lo, hi), conds):
+          out[i, :lengths[i]] = c
+      bar.update(hi - lo)
   bad = ~np.isfinite(out).all(axis=(1, 2))
   if bad.any():
     raise RuntimeError(f"sentence {int(np.flatnonzero(bad)[0])} has probability 0 without one "
@@ -339,11 +346,13 @@ def _build_splits(d, lang):
   splits = {}
   for name in SPLITS:
     stream = STREAMS[name]
-    tokens, lengths, states = _sample(d, lang, int(d[f"num_{name}"]), [d.data_seed, stream])
+    tokens, lengths, states = _sample(d, lang, int(d[f"num_{name}"]), [d.data_seed, stream],
+                                      f"mlm_data: sampling the {d.language} {name} split")
     mask_pos = cond = None
     if name != "train":
       mask_pos = fixed_mask_positions(lengths, [d.data_seed, stream, 1])
-      cond = conditionals(lang, tokens, lengths)
+      cond = conditionals(lang, tokens, lengths,
+                          f"mlm_data: exact conditionals of the {d.language} {name} split")
     splits[name] = Split(tokens, lengths, mask_pos, cond, states)
   return splits
 
@@ -355,7 +364,8 @@ def train_eval_split(corpus, lang, num, data_seed):
   """
   s = corpus.train.subset(slice(0, min(num, len(corpus.train))))
   return dataclasses.replace(s, mask_pos=fixed_mask_positions(s.lengths, [data_seed, 0, 1]),
-                             cond=conditionals(lang, s.tokens, s.lengths))
+                             cond=conditionals(lang, s.tokens, s.lengths, "mlm_data: exact "
+                                               "conditionals of the training sentences evaluated"))
 
 
 # ----------------------------------------------------------------------------

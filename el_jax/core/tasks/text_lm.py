@@ -135,7 +135,8 @@ def build_rows(d):
   if d.max_sentences:
     kept = kept[:int(d.max_sentences)]
   order = np.random.default_rng([int(d.data_seed), 7]).permutation(len(kept))
-  ids = gpt2_bpe.encode_batch([" " + kept[i] for i in order], vocab_size=gpt2_bpe.VOCAB_SIZE)
+  ids = gpt2_bpe.encode_batch([" " + kept[i] for i in order], vocab_size=gpt2_bpe.VOCAB_SIZE,
+                              desc=f"text_lm: tokenizing {len(kept)} sentences")
   stream = np.fromiter((t for s in ids for t in (*s, gpt2_bpe.EOT_ID)), np.int32)
   width = int(d.context_len) + 1
   n = len(stream) // width

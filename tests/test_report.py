@@ -192,3 +192,11 @@ def test_the_formats():
   assert formats.cmp_cell(paired) == "-0.010, p = 0.25 (floor of 3 pairs)"
   assert formats.ci_cell(paired) == "none at n = 3"
   assert formats.p_note({"p_holm": 0.5, "n": 3}, "p_holm", m=2) == "0.5 (floor of 3 pairs, Holm over 2)"
+  c = {"diff": 0.4, "ci95": [0.3, 0.5], "p_value": 2 / 252, "p_holm": 3 * 2 / 252, "n_a": 5,
+       "n_b": 5}
+  assert formats.cmp_cell(c, m=3) == ("+0.400 [+0.300, +0.500], p = 0.0079 (floor of 5 vs 5) "
+                                      "(Holm 0.024 (floor of 5 vs 5, Holm over 3))")
+  c3 = {"diff": 0.006, "ci95": [0.001, 0.01], "p_value": 0.1, "p_holm": 0.3, "n_a": 3, "n_b": 3}
+  assert formats.cmp_cell(c3, m=3) == ("+0.006, p = 0.1 (floor of 3 vs 3) "
+                                       "(Holm 0.3 (floor of 3 vs 3, Holm over 3))")
+  assert formats.p_note({**c, "p_value": 0.2}) == "0.2"

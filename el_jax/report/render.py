@@ -10,9 +10,10 @@ first line is `{# page: <page> #}` and that no template includes is appended to 
 a new experiment needs no edit outside its folder). A template
 types no number: it names one in an experiment's analysis and formats it,
 
-  {{ A.demo.comparisons.e1_warmup.p_value | p }}
-  {{ A.copy_task_suite.table3["E1 + warmup, lam=4"].test_em_hard | mr }}
-  {% for r in A.demo.rows %}| `{{ r.label }}` | {{ r.test_em_hard | mr }} |
+  {{ A.demo.comparisons["e1_warmup vs ce"].p_value | p }}
+  {{ A.copy_task_suite.table3.rows["E1 + warmup, lam=4"].test_em_hard | mr }}
+  {% for label, r in A.demo.aggregate.items() %}
+  | `{{ label }}` | {{ r.test_em_hard | mr }} |
   {% endfor %}
 
 where `A.<name>` is `results/<name>/analysis.json` (written by `python -m el_jax.experiment

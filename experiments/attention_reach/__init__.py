@@ -1,1 +1,1 @@
-"""Seed 002, issue 34: where a pre-trained encoder's masked position looks, block by block."""
+"""Seed 002 (probe sanity): where a pre-trained encoder's masked position looks, block by block."""

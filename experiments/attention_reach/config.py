@@ -1,4 +1,4 @@
-r"""Seed 002, issue 34: where a pre-trained encoder's masked position looks, block by block.
+r"""Seed 002 (probe sanity): where a pre-trained encoder's masked position looks, block by block.
 
   python -m el_jax.experiment --config=experiments/attention_reach/config.py:cpu
 

@@ -48,13 +48,13 @@ import ml_collections
 SHARP = "train.batch_size=256,train.num_steps={steps},optim.lr=0.002,optim.warmup_steps=300"
 INIT01 = "model.init_std=0.1," + SHARP.format(steps=6000)
 BILSTM = "model.preset=bilstm," + SHARP
-# The probe protocol of every file since issue 34 (10,000 / 2,000 / 4,000 examples, the
+# The probe protocol of the files with sanity rows (10,000 / 2,000 / 4,000 examples, the
 # learning rate and normalisation chosen on valid per model), and its 100,000-example variant.
 PROBE = dict(probe_train=10000, probe_valid=2000, probe_test=4000, probe_epochs=30,
              probe_lrs="0.001,0.01", probe_normalizations="standardize,whiten")
 PROBE_100K = dict(PROBE, probe_train=100000, probe_epochs=10, probe_lrs="0.001")
 CACHE = dict(probe_cache="runs/probe_cache")
-# Tr(H) on 5 x 100 valid sentences with 20 sampled labels each (the continuations since issue 34).
+# Tr(H) on 5 x 100 valid sentences with 20 sampled labels each (the continuations).
 FLAT = dict(flat_inputs=100, fisher_samples=20)
 SIX = (0, 1, 2, 3, 4, 5)
 

@@ -1,1 +1,1 @@
-"""Seed 002, issue 34: where along a pre-trained encoder the downstream probe loses the task."""
+"""Seed 002 (probe sanity): where along a pre-trained encoder the downstream probe loses the task."""

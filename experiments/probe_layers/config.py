@@ -1,4 +1,4 @@
-r"""Seed 002, issue 34: where along a pre-trained encoder the downstream probe loses the task.
+r"""Seed 002 (probe sanity): where along a pre-trained encoder the downstream probe loses the task.
 
   python -m el_jax.experiment --config=experiments/probe_layers/config.py:cpu
 

@@ -180,6 +180,14 @@ def render_template(env, name, page, **context):
     raise ReportError(f"{_where(e, page.root)}: {type(e).__name__}: {e}") from None
 
 
+def render_section(name, analyses=None, root=ROOT):
+  """One section template (`<experiment>/page.md`, or any template) rendered alone: with
+  `analyses` ({name: analysis dict}) instead of the committed results/<name>/analysis.json
+  files where given (a test renders a section from the numbers it made)."""
+  ctx = _Page(root, Analyses(root) if analyses is None else analyses)
+  return render_template(environment(root), name, ctx)
+
+
 _INCLUDE = re.compile(r"""\{%-?\s*include\s+["']([\w.-]+/page\.md)["']""")
 _PAGE_LINE = re.compile(r"^\{#\s*page:\s*([\w.-]+)\s*#\}")
 

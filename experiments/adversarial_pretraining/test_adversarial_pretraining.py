@@ -357,9 +357,8 @@ def test_the_committed_tables_carry_the_papers_numbers():
 
 def _render(tables):
   """The section rendered from `tables` (the analysis of A.adversarial_pretraining)."""
-  env = render.environment(ROOT)
-  page = render._Page(ROOT, {"adversarial_pretraining": tables}, None)  # noqa: SLF001
-  return render.render_template(env, "adversarial_pretraining/page.md", page)
+  return render.render_section("adversarial_pretraining/page.md",
+                               {"adversarial_pretraining": tables}, ROOT)
 
 
 def _page_text():
@@ -492,4 +491,4 @@ def test_the_languages_section_and_the_readme_row_read_the_analysis():
   assert hmm["trace_b1"]["n_up"] == hmm["trace_b1"]["n"] == 3
   assert (f"sharp HMM: Tr(H) {hmm['trace_b1']['shown']:+.0f} (3 of 3 pairs), probe "
           f"{hmm['probe_10']['shown']:+.1f} points; paper: lower probe, higher Tr(H)") in row
-  assert "config.py:cpu" in row and "config.py:paper" in row
+  assert "config.py:cpu" in row

@@ -184,9 +184,7 @@ def _tables(root):
   src = sources.Sources(str(out), root=str(root))
   a = {**analysis.analyze(src, config_file.get_config("cpu")), "sources": src.read}
   (out / "analysis.json").write_text(json.dumps(a))
-  env = render.environment(str(root))
-  ctx = render._Page(str(root), render.Analyses(str(root)), None)  # noqa: SLF001
-  return [render.render_template(env, f"device_queue/{n}.md", ctx) for n in ("arms", "tests")]
+  return [render.render_section(f"device_queue/{n}.md", root=str(root)) for n in ("arms", "tests")]
 
 
 def test_the_accelerator_page_shows_the_queue(collected, tmp_path):

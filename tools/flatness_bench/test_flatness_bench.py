@@ -31,9 +31,7 @@ def _section(tmp_path, doc):
   src = sources.Sources(str(out), root=str(root))
   a = {**analysis.analyze(src, config_file.get_config("cpu")), "sources": src.read}
   (out / "analysis.json").write_text(json.dumps(a))
-  env = render.environment(str(root))
-  ctx = render._Page(str(root), render.Analyses(str(root)), None)  # noqa: SLF001
-  return a, " ".join(render.render_template(env, "flatness_bench/page.md", ctx).split())
+  return a, " ".join(render.render_section("flatness_bench/page.md", root=str(root)).split())
 
 
 def test_the_verdict_follows_the_numbers(tmp_path):

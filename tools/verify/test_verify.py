@@ -33,9 +33,7 @@ def _analyze(root):
 
 
 def _render(root, name):
-  env = render.environment(str(root))
-  ctx = render._Page(str(root), render.Analyses(str(root)), None)  # noqa: SLF001
-  return render.render_template(env, name, ctx)
+  return render.render_section(name, root=str(root))
 
 
 def test_sessions_failed_or_preflight_only_say_so(tmp_path):

@@ -30,8 +30,10 @@ differ in (`check_arms` refuses any other difference, in one line naming the fie
                              optimizer state
   optim.weight_decay         AdamW's, a traced value (0 applies as `g + 0 * p` = `g`)
   loss.<name>.<field>        the loss's hyperparameters (lam, eps, coef, ...), traced values
-  loss.name "ce" with "e1"   CE trains as E1 at lam 0, which equals el_jax's CE, values and
-                             gradients, bit for bit (tests/test_stacked_arms.py)
+  loss.name "ce" with "e1"   CE trains as E1 at lam 0: as a function of the logits it is
+                             el_jax's CE bit for bit (values and gradients); in a compiled
+                             step XLA fuses the two graphs differently, and the parameters
+                             differ at float rounding (tests/test_stacked_arms.py)
 
 The task, data, model (dtype included), optimizer kind and its other fields, the loss
 reduction, batch, steps and the loop's cadence and devices are the same for every run.
@@ -102,7 +104,8 @@ ARM_OPTIM_FIELDS = ("optim.lr", "optim.warmup_steps", "optim.decay", "optim.fina
 # job stacks whatever it says).
 FREE_FIELDS = frozenset({"seeds", "progress", "train.vmap_seeds"})
 # A loss whose hyperparameter at 0 is CE: a CE run stacks with runs of that loss as that loss
-# with the hyperparameter 0 (E1 at lam 0 equals CE bit for bit: tests/test_stacked_arms.py).
+# with the hyperparameter 0 (E1 at lam 0 is CE bit for bit as a function of the logits:
+# tests/test_stacked_arms.py).
 CE_AS = {"e1": "lam"}
 
 

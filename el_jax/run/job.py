@@ -409,19 +409,23 @@ def _train_arms(configs, workdirs):
   setup_lib.check_memory(setup, trainer.abstract_state, setup.mesh.devices.flat[0],
                          setup.mesh.devices.size, stacked=slots)
   arms, histories = [], []
-  for i in todo:
-    writer = metrics_lib.MetricsWriter(os.path.join(workdirs[i], "metrics.jsonl"))
-    writer.repair()
-    histories.append(config_lib.record_config(configs[i], workdirs[i]))
-    arms.append(seeds_lib.Arm(setup if i == todo[0] else setup.with_config(configs[i]),
-                              workdirs[i], writer))
-  finals = seeds_lib.train_arms(trainer, arms)
-  if finals is None:
-    return [None] * len(configs)
-  for i, arm, history, f in zip(todo, arms, histories, finals):
-    summaries[i] = _finish(configs[i], arm.setup, trainer, arm.workdir, arm.writer, f,
-                           history, plots)
-  return summaries
+  try:
+    for i in todo:
+      writer = metrics_writer(configs[i], workdirs[i])
+      arms.append(seeds_lib.Arm(setup if i == todo[0] else setup.with_config(configs[i]),
+                                workdirs[i], writer))
+      writer.repair()
+      histories.append(config_lib.record_config(configs[i], workdirs[i]))
+    finals = seeds_lib.train_arms(trainer, arms)
+    if finals is None:
+      return [None] * len(configs)
+    for i, arm, history, f in zip(todo, arms, histories, finals):
+      summaries[i] = _finish(configs[i], arm.setup, trainer, arm.workdir, arm.writer, f,
+                             history, plots)
+    return summaries
+  finally:
+    for arm in arms:
+      arm.writer.close()
 
 
 def run(config, workdir, allow_config_change=()):

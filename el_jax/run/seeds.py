@@ -101,8 +101,8 @@ IMPLS = setup_lib.VMAP_SEEDS_IMPLS  # "auto", "vmap", "map" (validated with the 
 ARM_OPTIM_FIELDS = ("optim.lr", "optim.warmup_steps", "optim.decay", "optim.final_lr_frac",
                     "optim.decay_frac", "optim.weight_decay")
 # Fields that may differ freely: which seeds, the progress bar, `train.vmap_seeds` (a stacked
-# job stacks whatever it says).
-FREE_FIELDS = frozenset({"seeds", "progress", "train.vmap_seeds"})
+# job stacks whatever it says), `train.tensorboard` (each run has its own metrics writer).
+FREE_FIELDS = frozenset({"seeds", "progress", "train.vmap_seeds", "train.tensorboard"})
 # A loss whose hyperparameter at 0 is CE: a CE run stacks with runs of that loss as that loss
 # with the hyperparameter 0 (E1 at lam 0 is CE bit for bit as a function of the logits:
 # tests/test_stacked_arms.py).

@@ -224,9 +224,10 @@ def test_seeds_resuming_from_different_steps_train_as_one_group_per_step(tmp_pat
   (tmp_path / "seed_2" / "final.json").write_text(json.dumps(final2))
   groups = []
 
-  def fake_group(trainer, seeds, start, stop, workdir, writer, impl):
-    groups.append((seeds, start, stop))
-    return {s: {"seed": s} for s in seeds}
+  def fake_group(trainer, arms, members, start, stop, impl):
+    assert [arm.workdir for arm in arms] == [str(tmp_path)]
+    groups.append(([s for _, s in members], start, stop))
+    return {(a, s): {"seed": s} for a, s in members}
 
   monkeypatch.setattr(seeds_lib, "_train_group", fake_group)
   trainer = types.SimpleNamespace(setup=types.SimpleNamespace(

@@ -358,6 +358,17 @@ def get_loss_from_config(loss_cfg: Mapping[str, Any]) -> LossFn:
   return get_loss(name, **dict(block))
 
 
+def hparams_from_config(loss_cfg: Mapping[str, Any]) -> dict[str, float]:
+  """{hyperparameter: value} the loss of config.loss trains with: its block's values, the
+  loss's defaults for those the block lacks ({} for "ce")."""
+  name = loss_cfg["name"]
+  fn = LOSSES[name]
+  out = {p.name: float(p.default) for p in inspect.signature(fn).parameters.values()
+         if p.kind == inspect.Parameter.KEYWORD_ONLY}
+  out.update({k: float(v) for k, v in dict(loss_cfg.get(name) or {}).items()})
+  return out
+
+
 def validate_config(loss_cfg: Mapping[str, Any]) -> None:
   """Checks config.loss: name, that loss's hyperparameters, the reduction and its fields.
 

@@ -86,12 +86,22 @@ def make_optimizer(cfg, num_steps):
   """Returns (optax transformation, schedule) for `cfg` (config.optim)."""
   validate_config(cfg)
   schedule = make_schedule(cfg, num_steps)
+  return make_transform(cfg, schedule), schedule
+
+
+def make_transform(cfg, learning_rate, weight_decay=None):
+  """The optax transformation of `cfg` (config.optim) with `learning_rate` (a schedule:
+  step count -> rate) and `weight_decay` (default `cfg.weight_decay`). Stacked runs
+  (el_jax.run.seeds) pass a schedule reading a table and a weight decay that are traced
+  arrays; the optimizer state has the same structure either way (optax applies a traced
+  weight decay of 0 as `g + 0 * p`, which is `g`)."""
+  wd = cfg.weight_decay if weight_decay is None else weight_decay
   if cfg.name == "adamw":
-    tx = optax.adamw(schedule, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps, weight_decay=cfg.weight_decay)
+    tx = optax.adamw(learning_rate, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps, weight_decay=wd)
   elif cfg.name == "adam":
-    tx = optax.adam(schedule, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps)
+    tx = optax.adam(learning_rate, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps)
   else:
-    tx = optax.sgd(schedule, momentum=cfg.momentum or None)
+    tx = optax.sgd(learning_rate, momentum=cfg.momentum or None)
   if cfg.grad_clip:
     tx = optax.chain(optax.clip_by_global_norm(cfg.grad_clip), tx)
-  return tx, schedule
+  return tx

@@ -6,6 +6,7 @@
   g.add("e1_warmup", "copy_task", "cpu", {"loss.name": "e1", "optim.warmup_steps": 750},
         seeds=range(2, 12), paper=0.78)
   g.run()                                          # trains each run, or reads it back
+  g.run(stacked=True)                              # the same, the runs as one program
   g.compare([("e1_warmup", "ce")], "test_em_hard")  # permutation p, bootstrap CI, Holm
   g.write(command="python experiments/x.py")
 
@@ -25,6 +26,9 @@ grid writes the same row schema:
   config       the whole config (what a row is reused against)
   ran_on       where it trained (`el_jax.infra.provenance.ran_on`; rows of runs trained before
                el_jax recorded it have none: they ran on the CPUs of the development machines)
+  stacked      only for a run trained with others as one program (`run(stacked=True)`):
+               {"runs": [their labels], "seconds": the program's wall time}; `seconds` is
+               then this run's share of it, in proportion to its seeds
   ...          extra fields given to `add` (the paper's number, a group, ...)
 
 and the JSON file is {..., "rows": [row, ...], "comparisons": {family: [comparison, ...]}},
@@ -36,6 +40,14 @@ no per-seed finals in its summary) joins a grid with `add(..., fit_devices=False
 summarize=f)`: `f(cfg, summary)` returns (seeds, [{metric: value} per seed], {field: value})
 and gives the row its `seeds`, `per_seed`, `aggregate` (`stats.aggregate` of those finals) and
 extra fields (experiments/ntp_convergence.py).
+
+`run(stacked=True)` trains the runs that are neither in the results file nor finished in a
+run folder as one compiled program (`el_jax.run.job.train_arms`, el_jax.run.seeds "Stacked
+runs"): they may differ in their seeds, the optimizer's schedule and weight decay and the
+loss's hyperparameters (CE with E1), nothing else; a grid mixing other fields is refused
+before anything trains, with a one-line error naming the field. Each run keeps its own
+workdir, and its row is the row of the run trained alone (up to float rounding), with
+`stacked` added.
 """
 import dataclasses
 import os
@@ -43,7 +55,9 @@ import sys
 import time
 
 from el_jax.run import config as config_lib
+from el_jax.run import job
 from el_jax.run import runner
+from el_jax.run import seeds as seeds_lib
 from el_jax.report import stats
 from el_jax.infra import workdir as wd
 
@@ -179,10 +193,12 @@ class Grid:
       return None
     return {**row, **run.extra}
 
-  def run(self, labels=None, verbose=True, configure=None):
+  def run(self, labels=None, verbose=True, configure=None, stacked=False):
     """Trains (or reuses) the runs named in `labels` (default: all, in the order added);
     returns their rows. `configure(run, cfg)` may adjust a config before it trains (e.g.
-    `cfg.progress = False`)."""
+    `cfg.progress = False`). `stacked=True`: the runs to train train as one program (see
+    the module docstring)."""
+    pending = []  # (label, run, cfg, workdir) of the runs without a stored row
     for label in (list(self.runs) if labels is None else list(labels)):
       if label not in self.runs:
         raise ValueError(f"unknown run {label!r}; the grid's runs: {list(self.runs)}")
@@ -191,20 +207,59 @@ class Grid:
       if configure is not None:
         configure(run, cfg)
       row = self.stored_row(run, cfg)
-      if row is None:
-        workdir = os.path.join(self.runs_dir, slug(label))
-        if verbose:
-          seeds = f", seeds {tuple(cfg.seeds)}" if "seeds" in cfg else ""
-          print(f"== {label}: {run.overrides}{seeds} -> {workdir}", file=sys.stderr, flush=True)
-        t0 = time.time()
-        summary = runner.run_or_reuse(cfg, workdir, verbose=verbose, reuse_from=self.reuse_from)
-        if summary is None:
-          raise RuntimeError(f"run {label!r} stopped before train.num_steps (train.stop_at_step);"
-                             f" run the grid again without it")
-        found = runner.find_finished(cfg, (workdir, *self.reuse_from))
-        row = make_row(run, cfg, summary, time.time() - t0, found[0] if found else workdir)
-      self.rows[label] = row
+      if row is not None:
+        self.rows[label] = row
+      else:
+        pending.append((label, run, cfg, os.path.join(self.runs_dir, slug(label))))
+    if stacked and pending:
+      self._run_stacked(pending, verbose)
+    for label, run, cfg, workdir in pending if not stacked else ():
+      if verbose:
+        seeds = f", seeds {tuple(cfg.seeds)}" if "seeds" in cfg else ""
+        print(f"== {label}: {run.overrides}{seeds} -> {workdir}", file=sys.stderr, flush=True)
+      t0 = time.time()
+      summary = runner.run_or_reuse(cfg, workdir, verbose=verbose, reuse_from=self.reuse_from)
+      if summary is None:
+        raise RuntimeError(f"run {label!r} stopped before train.num_steps (train.stop_at_step);"
+                           f" run the grid again without it")
+      found = runner.find_finished(cfg, (workdir, *self.reuse_from))
+      self.rows[label] = make_row(run, cfg, summary, time.time() - t0,
+                                  found[0] if found else workdir)
     return [self.rows[label] for label in self.runs if label in self.rows]
+
+  def _run_stacked(self, pending, verbose):
+    """`run(stacked=True)` of the runs `pending`: each finished one read back, the others
+    trained as one program (`job.train_arms`)."""
+    seeds_lib.check_arms([cfg for _, _, cfg, _ in pending], [label for label, *_ in pending])
+    todo = []
+    for label, run, cfg, workdir in pending:
+      t0 = time.time()
+      found = runner.find_finished(cfg, (workdir, *self.reuse_from))
+      if found is None:
+        todo.append((label, run, cfg, workdir))
+        continue
+      if verbose:
+        print(f"reusing finished run {found[0]}", file=sys.stderr, flush=True)
+      self.rows[label] = make_row(run, cfg, found[1], time.time() - t0, found[0])
+    if not todo:
+      return
+    labels = [label for label, *_ in todo]
+    if verbose:
+      for label, run, cfg, workdir in todo:
+        print(f"== {label}: {run.overrides}, seeds {tuple(cfg.seeds)} -> {workdir}",
+              file=sys.stderr, flush=True)
+      print(f"== {', '.join(labels)}: trained as one program", file=sys.stderr, flush=True)
+    t0 = time.time()
+    summaries = job.train_arms([cfg for _, _, cfg, _ in todo], [w for *_, w in todo])
+    seconds = time.time() - t0
+    if any(s is None for s in summaries):
+      raise RuntimeError(f"runs {labels} stopped before train.num_steps (train.stop_at_step); "
+                         f"run the grid again without it")
+    total = sum(len(cfg.seeds) for _, _, cfg, _ in todo)
+    for (label, run, cfg, workdir), summary in zip(todo, summaries):
+      row = make_row(run, cfg, summary, seconds * len(cfg.seeds) / total, workdir)
+      row["stacked"] = {"runs": labels, "seconds": round(seconds, 1)}
+      self.rows[label] = row
 
   def compare(self, pairs, metric, family=None):
     """Each (a, b) of `pairs`: `metric`'s per-seed values of run a (treatment) against run b

@@ -33,6 +33,7 @@ JSON files are written atomically; a torn last metrics line, a damaged final.jso
 summary.json or checkpoint are handled on resume (`el_jax.run.train.train_seed`,
 `el_jax.infra.metrics.MetricsWriter`).
 """
+import contextlib
 import os
 import sys
 
@@ -311,6 +312,12 @@ def _train_and_summarize(config, workdir, setup, trainer, writer, changes, plots
       if final is None:
         return None
       finals.append(final)
+  return _finish(config, setup, trainer, workdir, writer, finals, history, plots)
+
+
+def _finish(config, setup, trainer, workdir, writer, finals, history, plots):
+  """Writes summary.json (process 0) and the plots of a run whose seeds all finished
+  (`finals`, in the order of config.seeds); returns the summary."""
   summary = {
       "task": config.task,
       "groups": list(setup.task.groups),
@@ -338,6 +345,87 @@ def _train_and_summarize(config, workdir, setup, trainer, writer, changes, plots
     print(table, file=sys.stderr)
   print(f"results: {summary_path}", file=sys.stderr)
   return summary
+
+
+def train_arms(configs, workdirs):
+  """Trains several runs (`configs`, each in its workdir) as one stacked program
+  (el_jax.run.seeds, "Stacked runs"); returns their summaries, in order (None for every run
+  if `train.stop_at_step` stopped them early).
+
+  Each run is the job of `train_and_evaluate` but for the loop: its workdir locked, a
+  workdir of another config refused, a finished run reported without training, its
+  config.json, metrics.jsonl, checkpoints, final.json, summary.json and plots as a run
+  trained alone writes them. What the runs may differ in is `seeds.check_arms`'s (a
+  one-line ValueError naming the field otherwise); `--allow_config_change` is not offered.
+  """
+  configs, workdirs = list(configs), [os.path.expanduser(w) for w in workdirs]
+  if len(configs) != len(workdirs):
+    raise ValueError(f"train_arms: {len(configs)} configs but {len(workdirs)} workdirs")
+  if len(set(workdirs)) != len(workdirs):
+    raise ValueError(f"train_arms: the runs must have distinct workdirs, got {workdirs}")
+  seeds_lib.check_arms(configs, workdirs)
+  for config in configs:
+    setup_lib.validate_config(config)
+  if jax.process_count() > 1:
+    raise ValueError(f"stacked runs are not supported with {jax.process_count()} processes; "
+                     f"train them one after the other")
+  created = [w for w in workdirs if not os.path.exists(w)]
+  for config, workdir in zip(configs, workdirs):  # fail fast, before taking any lock
+    if workdir not in created:
+      check_workdir_config(config, workdir)
+      check_steps(config, workdir)
+  try:
+    with contextlib.ExitStack() as locks:
+      for workdir in workdirs:
+        lock = wd.Lock(workdir)
+        lock.acquire()
+        locks.callback(lock.release)
+      return _train_arms(configs, workdirs)
+  except BaseException:
+    # Runs refused before they wrote anything leave no empty workdir behind.
+    for w in created:
+      if os.path.isdir(w) and not os.listdir(w):
+        os.rmdir(w)
+    raise
+
+
+def _train_arms(configs, workdirs):
+  summaries, todo = [None] * len(configs), []
+  for i, (config, workdir) in enumerate(zip(configs, workdirs)):  # under the locks
+    check_workdir_config(config, workdir)
+    check_steps(config, workdir)
+    summaries[i] = _already_finished(config, workdir)
+    if summaries[i] is not None:
+      _report_finished(summaries[i], workdir)
+    else:
+      todo.append(i)
+  if not todo:
+    return summaries
+  progress.set_enabled(configs[todo[0]].get("progress", True))
+  plots = progress.plots_enabled()
+  setup = setup_lib.Setup(configs[todo[0]], validated=True)
+  trainer = setup_lib.Trainer(setup)
+  slots = sum(len(configs[i].seeds) for i in todo)
+  setup_lib.check_memory(setup, trainer.abstract_state, setup.mesh.devices.flat[0],
+                         setup.mesh.devices.size, stacked=slots)
+  arms, histories = [], []
+  try:
+    for i in todo:
+      writer = metrics_writer(configs[i], workdirs[i])
+      arms.append(seeds_lib.Arm(setup if i == todo[0] else setup.with_config(configs[i]),
+                                workdirs[i], writer))
+      writer.repair()
+      histories.append(config_lib.record_config(configs[i], workdirs[i]))
+    finals = seeds_lib.train_arms(trainer, arms)
+    if finals is None:
+      return [None] * len(configs)
+    for i, arm, history, f in zip(todo, arms, histories, finals):
+      summaries[i] = _finish(configs[i], arm.setup, trainer, arm.workdir, arm.writer, f,
+                             history, plots)
+    return summaries
+  finally:
+    for arm in arms:
+      arm.writer.close()
 
 
 def run(config, workdir, allow_config_change=()):

@@ -8,6 +8,7 @@
 activations cannot fit the device's memory (`estimate_memory`), before allocating anything.
 The loop over steps is `el_jax.run.train`; a whole run in a workdir is `el_jax.run.job`.
 """
+import copy
 import dataclasses
 import functools
 import os
@@ -112,6 +113,22 @@ class Setup:
       self.model_cfg = step_lib.with_attention_blocks(self.model_cfg, config)
     self.scored_positions = self.task.scored_positions
 
+  def with_config(self, config):
+    """The Setup of `config`, a run that differs from this one only in what
+    `el_jax.run.seeds.check_arms` lets stacked runs differ in (seeds, optimizer schedule and
+    weight decay, loss hyperparameters), sharing this Setup's task data and mesh: its own
+    config, loss, optimizer and schedule (the learning rate its rows log), and a shallow
+    copy of the task holding its config (its plots name its loss)."""
+    validate_config(config)
+    view = copy.copy(self)
+    view.config = config
+    if self.loss_fn is not None:
+      view.loss_fn = losses.get_loss_from_config(config.loss)
+    view.tx, view.schedule = optim.make_optimizer(config.optim, config.train.num_steps)
+    view.task = copy.copy(self.task)
+    view.task.config = config
+    return view
+
   def batch(self, seed, step):
     """The training batch of `step` for model seed `seed` (the task's)."""
     return self.task.batch(seed, step)
@@ -178,9 +195,9 @@ class Trainer:
     if setup.config.loss.get("reduction", "mean") != "mean":  # "mean": step_lib.train_step's own
       step_kw["reduce_fn"] = setup.reduce_fn
     self.compiler_options = opts = step_lib.compiler_options(setup.config)
+    self._step_fn, self._step_kw = step_fn, step_kw
     # The pure step of one seed, (state, batch) -> (state, metrics); el_jax.run.seeds maps it.
-    self.pure_step = functools.partial(step_fn, self.graphdef, setup.loss_fn, setup.tx,
-                                       setup.task.groups, **step_kw)
+    self.pure_step = self.pure_step_with(setup.loss_fn, setup.tx)
     self.step = jax.jit(self.pure_step,
                         in_shardings=(self.state_sharding, self.data_sharding),
                         out_shardings=(self.state_sharding, self.repl), donate_argnums=0,
@@ -192,6 +209,12 @@ class Trainer:
     if self.num_processes > 1:  # el_jax.infra.distributed: predictions replicated, readable by every process
       self.decode = jax.jit(setup.task.decode_fn(self.graphdef), out_shardings=self.repl,
                             compiler_options=opts)
+
+  def pure_step_with(self, loss_fn, tx):
+    """The pure step of this setup with another per-token loss and optimizer (el_jax.run.seeds
+    builds them inside the traced step from each stacked run's hyperparameters)."""
+    return functools.partial(self._step_fn, self.graphdef, loss_fn, tx, self.setup.task.groups,
+                             **self._step_kw)
 
   def init(self, seed):
     return self._init(seed)
@@ -247,11 +270,13 @@ def tree_bytes(tree):
              for x in jax.tree.leaves(tree))
 
 
-def estimate_memory(setup, abstract_state, num_devices, platform="cpu"):
+def estimate_memory(setup, abstract_state, num_devices, platform="cpu", stacked=None):
   """{"params", "opt_state", "grads", "activations", "total"} bytes one device needs for a
   training step of `setup` (see K_ACTIVATIONS), from shapes only ("k_activations": the K
   counted per token and layer, None for a task's own model); with `train.vmap_seeds`,
-  the stacked seeds' states (and, for the "vmap" step, activations) count once per seed."""
+  the stacked seeds' states (and, for the "vmap" step, activations) count once per seed
+  (`stacked`: the number of stacked models, default the config's seeds with
+  `train.vmap_seeds`, else 1; stacked runs of el_jax.run.seeds pass theirs)."""
   cfg, m = setup.config, setup.model_cfg
   task_cls = type(setup.task)
   rows = -(-task_cls.rows_per_step(cfg) // num_devices)
@@ -266,7 +291,8 @@ def estimate_memory(setup, abstract_state, num_devices, platform="cpu"):
     activations = rows * (ctx * m.num_layers * per_layer + scored * 2 * m.vocab_size) * itemsize
   params = tree_bytes(abstract_state["params"])
   opt = tree_bytes(abstract_state["opt_state"])
-  stacked = len(cfg.seeds) if cfg.train.get("vmap_seeds", False) else 1
+  if stacked is None:
+    stacked = len(cfg.seeds) if cfg.train.get("vmap_seeds", False) else 1
   impl = cfg.train.get("vmap_seeds_impl", "auto")
   if impl == "auto":  # as el_jax.run.seeds.resolve_impl
     impl = "map" if platform == "cpu" else "vmap"
@@ -311,11 +337,11 @@ def _gb(n):
   return f"{n / 1e3:.3g} kB"
 
 
-def check_memory(setup, abstract_state, device, num_devices):
+def check_memory(setup, abstract_state, device, num_devices, stacked=None):
   """Refuses (ValueError, one line) a run whose `estimate_memory` exceeds what the devices
   hold (`available_memory`; on CPU the devices share the machine's RAM, so their sum counts),
   naming the estimate and what to lower. Returns the estimate."""
-  est = estimate_memory(setup, abstract_state, num_devices, device.platform)
+  est = estimate_memory(setup, abstract_state, num_devices, device.platform, stacked)
   have, source = available_memory(device)
   shared = device.platform == "cpu" and num_devices > 1
   need = est["total"] * (num_devices if device.platform == "cpu" else 1)
@@ -449,6 +475,16 @@ def validate_vmap_seeds(config):
     raise ValueError(f"train.vmap_seeds_impl={impl!r} must be one of {VMAP_SEEDS_IMPLS}")
   if not on:
     return
+  refused = stacking_refusals(config)
+  if refused:
+    raise ValueError(f"train.vmap_seeds=True does not support {', '.join(refused)}; or set "
+                     f"train.vmap_seeds=False to train the seeds one after the other")
+
+
+def stacking_refusals(config):
+  """What a stacked program (el_jax.run.seeds) does not support in `config`, one item per
+  field ("flatness.every=2 (set it to 0)", ...); [] when it supports it all."""
+  t = config.train
   refused = []
   if flatness_every(config):
     refused.append(f"flatness.every={config.flatness.every} (set it to 0)")
@@ -458,9 +494,7 @@ def validate_vmap_seeds(config):
     refused.append(f"model.pretrained={config.model.pretrained!r} (set it to '')")
   if t.get("init_from", ""):
     refused.append(f"train.init_from={t.init_from!r} (set it to '')")
-  if refused:
-    raise ValueError(f"train.vmap_seeds=True does not support {', '.join(refused)}; or set "
-                     f"train.vmap_seeds=False to train the seeds one after the other")
+  return refused
 
 
 def flatness_every(config):

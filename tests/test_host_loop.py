@@ -31,7 +31,7 @@ def test_epoch_permutation_is_built_once_per_epoch():
 
 
 @pytest.mark.parametrize("start,stop,log_every,ckpt_every", [(0, 23, 5, 10), (4, 9, 2, 100),
-                                                             (0, 3, 100, 100)])
+                                                             (0, 3, 100, 100), (0, 7, 3, 0)])
 def test_metrics_are_fetched_only_on_logged_checkpointed_or_last_steps(start, stop, log_every,
                                                                        ckpt_every):
   tcfg = types.SimpleNamespace(log_every=log_every, checkpoint_every=ckpt_every, eval_every=0,
@@ -46,14 +46,17 @@ def test_metrics_are_fetched_only_on_logged_checkpointed_or_last_steps(start, st
     done, m = pending
     assert m["step"] == done  # the metrics of that step, not of a later one
     # fetched after the next step was dispatched, or right before a save / at the end
-    assert len(dispatched) == done + 1 - start or done % ckpt_every == 0 or done == stop
+    assert (len(dispatched) == done + 1 - start or done == stop
+            or (ckpt_every and done % ckpt_every == 0))
     checked.append(done)
 
   final = train.run_steps(start, start, stop, tcfg, batch=lambda i: i, step=step, check=check,
                           save=lambda done, s: saved.append(done), evaluate=None, desc="t")
   assert final == stop
+  saves = [d for d in range(start + 1, stop + 1)
+           if ckpt_every and (d % ckpt_every == 0 or d == stop)]  # 0: no checkpoints
   want = sorted({d for d in range(start + 1, stop + 1)
-                 if d == 1 or d % log_every == 0 or d % ckpt_every == 0 or d == stop})
+                 if d == 1 or d % log_every == 0 or d == stop} | set(saves))
   assert checked == want
-  assert saved == [d for d in range(start + 1, stop + 1) if d % ckpt_every == 0 or d == stop]
+  assert saved == saves
   assert set(saved) <= set(checked)  # never a checkpoint of an unchecked state

@@ -94,7 +94,7 @@ def loop(train, *, num_steps, log_every, eval_every, checkpoint_every, keep_chec
   train.num_steps = num_steps  # optimizer steps
   train.log_every = log_every  # steps between training-metric rows
   train.eval_every = eval_every  # steps between evaluations (0 = end only)
-  train.checkpoint_every = checkpoint_every  # steps between orbax checkpoints
+  train.checkpoint_every = checkpoint_every  # steps between orbax checkpoints (0 = none: a killed run starts again)
   train.stop_at_step = 0  # stop (resumably) after this step, 0 = run to num_steps
   train.vmap_seeds = False  # True: train all seeds as one stacked, jitted program (el_jax.run.seeds)
   train.vmap_seeds_impl = "auto"  # its step: "vmap" | "map" (lax.map over seeds) | "auto" (map on CPU, else vmap)

@@ -48,6 +48,7 @@ from el_jax.core.models import decoder
 from el_jax.infra import progress
 from el_jax.infra import provenance
 from el_jax.infra import tensorboard
+from el_jax.infra import timeline
 from el_jax.run import seeds as seeds_lib
 from el_jax.report import stats
 from el_jax.core import tasks
@@ -267,9 +268,10 @@ def _train_and_evaluate(config, workdir, allow):
   if summary is not None:
     _report_finished(summary, workdir)
     return summary
-  setup = setup_lib.Setup(config, validated=True)
-  trainer = setup_lib.Trainer(setup)
-  writer = metrics_writer(config, workdir)
+  with timeline.part("setup"):
+    setup = setup_lib.Setup(config, validated=True)
+    trainer = setup_lib.Trainer(setup)
+    writer = metrics_writer(config, workdir)
   try:
     return _train_and_summarize(config, workdir, setup, trainer, writer, changes, plots)
   finally:
@@ -318,6 +320,11 @@ def _train_and_summarize(config, workdir, setup, trainer, writer, changes, plots
 def _finish(config, setup, trainer, workdir, writer, finals, history, plots):
   """Writes summary.json (process 0) and the plots of a run whose seeds all finished
   (`finals`, in the order of config.seeds); returns the summary."""
+  with timeline.part("write"):
+    return _write_summary(config, setup, trainer, workdir, writer, finals, history, plots)
+
+
+def _write_summary(config, setup, trainer, workdir, writer, finals, history, plots):
   summary = {
       "task": config.task,
       "groups": list(setup.task.groups),
@@ -403,19 +410,20 @@ def _train_arms(configs, workdirs):
     return summaries
   progress.set_enabled(configs[todo[0]].get("progress", True))
   plots = progress.plots_enabled()
-  setup = setup_lib.Setup(configs[todo[0]], validated=True)
-  trainer = setup_lib.Trainer(setup)
-  slots = sum(len(configs[i].seeds) for i in todo)
-  setup_lib.check_memory(setup, trainer.abstract_state, setup.mesh.devices.flat[0],
-                         setup.mesh.devices.size, stacked=slots)
   arms, histories = [], []
   try:
-    for i in todo:
-      writer = metrics_writer(configs[i], workdirs[i])
-      arms.append(seeds_lib.Arm(setup if i == todo[0] else setup.with_config(configs[i]),
-                                workdirs[i], writer))
-      writer.repair()
-      histories.append(config_lib.record_config(configs[i], workdirs[i]))
+    with timeline.part("setup"):
+      setup = setup_lib.Setup(configs[todo[0]], validated=True)
+      trainer = setup_lib.Trainer(setup)
+      slots = sum(len(configs[i].seeds) for i in todo)
+      setup_lib.check_memory(setup, trainer.abstract_state, setup.mesh.devices.flat[0],
+                             setup.mesh.devices.size, stacked=slots)
+      for i in todo:
+        writer = metrics_writer(configs[i], workdirs[i])
+        arms.append(seeds_lib.Arm(setup if i == todo[0] else setup.with_config(configs[i]),
+                                  workdirs[i], writer))
+        writer.repair()
+        histories.append(config_lib.record_config(configs[i], workdirs[i]))
     finals = seeds_lib.train_arms(trainer, arms)
     if finals is None:
       return [None] * len(configs)

@@ -89,6 +89,7 @@ from el_jax.core import losses
 from el_jax.core import optim
 from el_jax.core import tasks
 from el_jax.infra import checkpoint
+from el_jax.infra import timeline
 from el_jax.run import config as config_lib
 from el_jax.run import train
 from el_jax.infra import workdir as wd
@@ -283,11 +284,29 @@ class StackedTrainer:
     step = jax.jit(stacked, in_shardings=shardings,
                    out_shardings=(self.state_sharding, self.seed_sharding),
                    donate_argnums=0, compiler_options=trainer.compiler_options)
+    self._one, self._host_hparams = one, hparams
     if hparams is None:
       self.hparams, self.step = None, step
     else:
       self.hparams = jax.device_put(hparams, self.seed_sharding)
       self.step = lambda state, batch: step(state, batch, self.hparams)
+
+  def slot_flops(self):
+    """(FLOPs of one slot's training step, where the count comes from): XLA's cost analysis
+    of the step one slot runs (`trainer.pure_step`, or its `member_step` with the slot's
+    hyperparameters), lowered from abstract inputs (nothing runs), else compiled where the
+    backend's lowered analysis gives none (`el_jax.tools.plan.step_flops`). The stacked
+    program runs it for every slot: its FLOPs per step are `len(seeds)` times this."""
+    from el_jax.tools import plan
+    tr = self.trainer
+    state = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), tr.abstract_state)
+    host = self.setup.batch(self.seeds[0], 0)
+    batch = {k: jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in host.items()}
+    args = (state, batch)
+    if self._host_hparams is not None:
+      args += (jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype),
+                            self._host_hparams),)
+    return plan.step_flops(jax.jit(self._one), *args)
 
   def init(self):
     return self.stack([self.trainer.init(s) for s in self.seeds])
@@ -380,13 +399,19 @@ def _train_group(trainer, arms, members, start, stop, impl):
   mngrs = [train.seed_manager(arms[a].workdir, s, tcfg) for a, s in members]
   seeds = [s for _, s in members]
   configs = [arm.setup.config for arm in arms]
-  if same_training(configs):
-    stacked = StackedTrainer(trainer, seeds, impl)
-  else:
-    loss = stacked_loss(configs)
-    per_arm = {a: arm_hparams(arms[a].setup, loss) for a in sorted({a for a, _ in members})}
-    hparams = jax.tree.map(lambda *x: np.stack(x), *(per_arm[a] for a, _ in members))
-    stacked = StackedTrainer(trainer, seeds, impl, hparams, hparam_step(trainer, loss))
+  with timeline.part("setup"):
+    if same_training(configs):
+      stacked = StackedTrainer(trainer, seeds, impl)
+    else:
+      loss = stacked_loss(configs)
+      per_arm = {a: arm_hparams(arms[a].setup, loss) for a in sorted({a for a, _ in members})}
+      hparams = jax.tree.map(lambda *x: np.stack(x), *(per_arm[a] for a, _ in members))
+      stacked = StackedTrainer(trainer, seeds, impl, hparams, hparam_step(trainer, loss))
+    if timeline.active() is not None:  # the achieved FLOP/s of a recorded run
+      flops, source = stacked.slot_flops()
+      timeline.append("programs", {"slots": len(seeds), "steps": stop - start,
+                                   "flops_per_slot_step": flops, "flops_source": source,
+                                   "impl": stacked.impl})
   try:
     return _run_group(trainer, stacked, arms, members, mngrs, start, stop)
   finally:
@@ -406,19 +431,8 @@ def _run_group(trainer, stacked, arms, members, mngrs, start, stop):
           f"{len(members)} seeds of {len({a for a, _ in members})} runs")
   print(f"{what}: trained as one program ({stacked.impl}, mesh seed "
         f"{shape['seed']} x data {shape['data']})", file=sys.stderr)
-  if start == 0:
-    state = stacked.init()
-  else:
-    states = []
-    for (a, seed), mngr in zip(members, mngrs):
-      s = checkpoint.restore_latest(mngr, trainer.abstract_state, trainer.state_sharding)
-      if s is None or int(s["step"]) != start:  # the checkpoint listing changed under us
-        raise wd.WorkdirError(f"{who(a, seed)}: expected a checkpoint of step {start} in "
-                              f"{mngr.directory}")
-      print(f"{who(a, seed)}: resuming from the checkpoint of step {start}", file=sys.stderr)
-      states.append(s)
-    state = stacked.stack(states)
-    del states
+  with timeline.part("setup"):
+    state = _start_state(trainer, stacked, members, mngrs, start, who)
   # Rows logged past the resume point (all of them when starting afresh) are recomputed,
   # and so is a final evaluation being redone.
   for a, seed in members:
@@ -427,8 +441,9 @@ def _run_group(trainer, stacked, arms, members, mngrs, start, stop):
   missed = [train.missed_rows(arms[a].writer, seed, start, trainer.setup.config)
             for a, seed in members]
   if any(missed):  # rows of the checkpoint `start` an interrupted run did not log
-    for (a, seed), s, m in zip(members, stacked.unstack(state), missed):
-      train.log_missed(trainer, seed, start, s["params"], arms[a].writer, m)
+    with timeline.part("eval", sync=state):
+      for (a, seed), s, m in zip(members, stacked.unstack(state), missed):
+        train.log_missed(trainer, seed, start, s["params"], arms[a].writer, m)
 
   def log_eval(step, state):
     rows = {}
@@ -457,18 +472,39 @@ def _run_group(trainer, stacked, arms, members, mngrs, start, stop):
         checkpoint.save(mngr, done, s)
 
   if start == 0 and tcfg.eval_every:
-    log_eval(0, state)
-  state = train.run_steps(state, start, stop, tcfg, desc=what,
-                          batch=lambda i: stacked.put_batch(stacked.host_batch(i)),
-                          step=stacked.step, check=check, save=save, evaluate=log_eval)
-  for mngr in mngrs:
-    mngr.wait_until_finished()
+    with timeline.part("eval", sync=state):
+      log_eval(0, state)
+  with timeline.part("train"):
+    state = train.run_steps(state, start, stop, tcfg, desc=what,
+                            batch=lambda i: stacked.put_batch(stacked.host_batch(i)),
+                            step=stacked.step, check=check, save=save, evaluate=log_eval)
+  with timeline.part("checkpoint", sync=state):
+    for mngr in mngrs:
+      mngr.wait_until_finished()
   if stop < tcfg.num_steps:
     for a, seed in members:
       print(f"{who(a, seed)}: stopped at step {stop} (train.stop_at_step); run again without "
             f"it to continue to step {tcfg.num_steps}", file=sys.stderr)
     return {}
-  finals = log_eval(stop, state)
-  for a, seed in members:
-    wd.write_json(os.path.join(arms[a].workdir, f"seed_{seed}", "final.json"), finals[a, seed])
+  with timeline.part("eval"):
+    finals = log_eval(stop, state)
+  with timeline.part("write"):
+    for a, seed in members:
+      wd.write_json(os.path.join(arms[a].workdir, f"seed_{seed}", "final.json"),
+                    finals[a, seed])
   return finals
+
+
+def _start_state(trainer, stacked, members, mngrs, start, who):
+  """The stacked state of `members` at step `start`: the initial one, or their checkpoints."""
+  if start == 0:
+    return stacked.init()
+  states = []
+  for (a, seed), mngr in zip(members, mngrs):
+    s = checkpoint.restore_latest(mngr, trainer.abstract_state, trainer.state_sharding)
+    if s is None or int(s["step"]) != start:  # the checkpoint listing changed under us
+      raise wd.WorkdirError(f"{who(a, seed)}: expected a checkpoint of step {start} in "
+                            f"{mngr.directory}")
+    print(f"{who(a, seed)}: resuming from the checkpoint of step {start}", file=sys.stderr)
+    states.append(s)
+  return stacked.stack(states)

@@ -416,8 +416,14 @@ def validate_config(config):
                      f"each seed is one run (seed_<s>/ in the workdir), give distinct seeds")
   t = config.train
   for name in REQUIRED_TRAIN_FIELDS:
-    if _not_int(t[name]) or t[name] < 1:
-      raise ValueError(f"train.{name}={t[name]!r} must be an integer >= 1")
+    lo = 0 if name == "checkpoint_every" else 1
+    if _not_int(t[name]) or t[name] < lo:
+      raise ValueError(f"train.{name}={t[name]!r} must be an integer >= {lo}"
+                       + (" (0 = no checkpoints)" if lo == 0 else ""))
+  if t.checkpoint_every == 0 and t.get("stop_at_step", 0):
+    raise ValueError(f"train.stop_at_step={t.stop_at_step} stops a run to be continued from "
+                     f"its checkpoint, but train.checkpoint_every=0 saves none; give "
+                     f"train.checkpoint_every >= 1")
   for name, meaning in (("eval_every", "0 = only at the end"),
                         ("stop_at_step", "0 = train to train.num_steps"),
                         ("keep_checkpoints", "0 = keep every checkpoint")):

@@ -25,6 +25,7 @@ from el_jax.core import flatness
 from el_jax.infra import metrics as metrics_lib
 from el_jax.infra import progress
 from el_jax.infra import provenance
+from el_jax.infra import timeline
 from el_jax.core import step as step_lib
 from el_jax.infra import workdir as wd
 from el_jax.run import setup as setup_lib
@@ -251,15 +252,16 @@ def run_steps(state, start, stop, tcfg, *, batch, step, check, save, evaluate, d
 
   `batch(step)` -> device batch; `step(state, batch)` -> (state, metrics), dispatched
   asynchronously. The metrics of the steps that are logged (step 1 and every
-  `train.log_every`-th), checkpointed (`train.checkpoint_every`) or last are fetched and
-  checked (`check((step, metrics), bar, t0)`, which logs them and raises on a non-finite loss
-  or parameter norm) after the next step is dispatched, and always before that step's
+  `train.log_every`-th), checkpointed (`train.checkpoint_every`; 0: never) or last are fetched
+  and checked (`check((step, metrics), bar, t0)`, which logs them and raises on a non-finite
+  loss or parameter norm) after the next step is dispatched, and always before that step's
   checkpoint `save(done, state)`; the others are never copied to the host, so the device
   runs ahead of the host by as many steps as JAX queues (on an accelerator a per-step
   fetch would idle it between steps). A divergence is therefore caught at the next logged
   step, and never checkpointed. `evaluate(done, state)` runs every `train.eval_every` steps
   before the end, `after_step(done, state)` (the flatness hook) after every step. Returns the
-  final state.
+  final state. While an `el_jax.infra.timeline` records, checkpoints and evaluations are
+  charged to its "checkpoint" and "eval" parts (after the device finished the steps before).
   """
   pending = None  # (step, metrics) of the previous fetched step, checked after the next dispatch
   t0 = time.time()
@@ -271,15 +273,18 @@ def run_steps(state, start, stop, tcfg, *, batch, step, check, save, evaluate, d
         check(pending, bar, t0)
         pending = None
       done = i + 1
-      saving = done % tcfg.checkpoint_every == 0 or done == stop
-      if saving or done == 1 or done % tcfg.log_every == 0:
+      every = tcfg.checkpoint_every
+      saving = bool(every) and (done % every == 0 or done == stop)
+      if saving or done == 1 or done == stop or done % tcfg.log_every == 0:
         pending = (done, metrics)
       if saving:
         check(pending, bar, t0)
         pending = None
-        save(done, state)
+        with timeline.part("checkpoint", sync=state):
+          save(done, state)
       if tcfg.eval_every and done % tcfg.eval_every == 0 and done < tcfg.num_steps:
-        evaluate(done, state)
+        with timeline.part("eval", sync=state):
+          evaluate(done, state)
       if after_step is not None:
         after_step(done, state)
       bar.update(1)
@@ -295,7 +300,8 @@ def _train_seed(trainer, seed, workdir, writer, flat_hook, mngr, data_it=None):
   cfg = st.config
   tcfg = cfg.train
   stop = stop_step(tcfg)
-  state, start = starting_state(trainer, seed, mngr, data_it)
+  with timeline.part("setup"):
+    state, start = starting_state(trainer, seed, mngr, data_it)
   # Rows logged past the resume point (all of them when starting afresh) are recomputed,
   # and so is a final evaluation being redone.
   writer.truncate(seed, start if start else -1, eval_at=stop if start >= stop else None)
@@ -313,29 +319,35 @@ def _train_seed(trainer, seed, workdir, writer, flat_hook, mngr, data_it=None):
       row = flat_hook(state["params"], seed, done)
       writer.write({"seed": seed, "step": done, "kind": "flatness", **row})
 
-  if start == 0 and tcfg.eval_every:
-    log_eval(0, state)
-  elif start:
-    log_missed(trainer, seed, start, state["params"], writer,
-               missed_rows(writer, seed, start, cfg), flat_hook)
+  with timeline.part("eval"):
+    if start == 0 and tcfg.eval_every:
+      log_eval(0, state)
+    elif start:
+      log_missed(trainer, seed, start, state["params"], writer,
+                 missed_rows(writer, seed, start, cfg), flat_hook)
   try:
-    state = run_steps(
-        state, start, stop, tcfg, desc=f"seed {seed}",
-        batch=lambda i: trainer.put_batch(next(data_it) if data_it is not None
-                                          else st.batch(seed, i)),
-        step=trainer.step, check=check, evaluate=log_eval,
-        save=lambda done, s: checkpoint.save(mngr, done, s, data_it),
-        after_step=after_step if flat_hook is not None and setup_lib.flatness_every(cfg) else None)
+    with timeline.part("train"):
+      state = run_steps(
+          state, start, stop, tcfg, desc=f"seed {seed}",
+          batch=lambda i: trainer.put_batch(next(data_it) if data_it is not None
+                                            else st.batch(seed, i)),
+          step=trainer.step, check=check, evaluate=log_eval,
+          save=lambda done, s: checkpoint.save(mngr, done, s, data_it),
+          after_step=(after_step if flat_hook is not None and setup_lib.flatness_every(cfg)
+                      else None))
   except FloatingPointError as e:
     raise diverged_error(e, mngr) from None
-  mngr.wait_until_finished()
+  with timeline.part("checkpoint", sync=state):
+    mngr.wait_until_finished()
   if stop < tcfg.num_steps:
     print(f"seed {seed}: stopped at step {stop} (train.stop_at_step); run again without it "
           f"to continue to step {tcfg.num_steps}", file=sys.stderr)
     return None  # stopped early on purpose (train.stop_at_step)
-  final = log_eval(stop, state)
+  with timeline.part("eval"):
+    final = log_eval(stop, state)
   if distributed.is_main():
-    wd.write_json(os.path.join(workdir, f"seed_{seed}", "final.json"), final)
+    with timeline.part("write"):
+      wd.write_json(os.path.join(workdir, f"seed_{seed}", "final.json"), final)
   return final
 
 

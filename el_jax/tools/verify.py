@@ -227,14 +227,8 @@ def step_flops(runner):
   """(FLOPs of one train step, where the count comes from): XLA's cost analysis of the lowered
   program (before optimisation, no compile); where a backend gives none there (the CUDA
   backend of jax 0.11 did not, 2026-11-26), that of the compiled program."""
-  lowered = runner.trainer.step.lower(runner.state, runner.batches[0])
-  for source, get in (("lowered", lowered.cost_analysis),
-                      ("compiled", lambda: lowered.compile().cost_analysis())):
-    cost = get()
-    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-    if cost and cost.get("flops"):
-      return float(cost["flops"]), f"XLA cost analysis ({source})"
-  return float("nan"), "none: XLA's cost analysis gave no FLOPs"
+  from el_jax.tools import plan
+  return plan.step_flops(runner.trainer.step, runner.state, runner.batches[0])
 
 
 def _timed(runner, steps, rounds):

@@ -36,7 +36,6 @@ of the float32 seeds, 0.15-0.325): the bound to expect there is the second one, 
 over seeds, not per-seed equality.
 """
 import dataclasses
-import math
 
 import jax
 import jax.numpy as jnp
@@ -44,10 +43,10 @@ import numpy as np
 import pytest
 
 from el_jax.run import config as config_lib
-from el_jax.run import job
-from el_jax.run import runner
 from el_jax.core.models import decoder
 from el_jax.run import setup as setup_lib
+
+from tools.device_queue import dtype_check
 
 LOGITS_RTOL = 2e-2   # ||bf16 - fp32|| / ||fp32|| of the logits (measured 2.9e-3 .. 3.2e-3)
 METRIC_RTOL = 2e-2   # first-step loss, grad norm and param norm (measured <= 2.5e-3)
@@ -115,45 +114,21 @@ def test_train_step_in_bf16_keeps_float32_state_and_tracks_float32():
   assert out["bfloat16"]["grad_norm"] != out["float32"]["grad_norm"]
 
 
-def _train_both(task, tmp_path):
-  """{dtype: (train rows by (seed, step), finals by seed, {split: examples})} of `task`'s
-  `test` config trained in float32 and bf16 (the seeds stacked: el_jax.run.seeds)."""
-  out = {}
-  for dtype in ("float32", "bfloat16"):
-    cfg = config_lib.get_config(task, "test", {"model.dtype": dtype, "num_devices": 1,
-                                               "seeds": TRAIN_SEEDS, "train.vmap_seeds": True})
-    workdir = str(tmp_path / f"{task}_{dtype}")
-    summary = job.train_and_evaluate(cfg, workdir)
-    rows = {(r["seed"], r["step"]): r for r in runner.read_metrics(workdir)
-            if r["kind"] == "train"}
-    finals = {f["seed"]: f for f in summary["per_seed"]}
-    out[dtype] = rows, finals
-  return out
-
-
 @pytest.mark.parametrize("task", ["copy_task", "path_star"])
 def test_training_in_bf16_stays_within_the_stated_distance_of_float32(task, tmp_path):
   """The distances of the module docstring, on the final (and every logged) training loss
-  and every final evaluation metric."""
-  out = _train_both(task, tmp_path)
+  and every final evaluation metric (tools/device_queue/dtype_check.py, the same check the
+  device queue's session runs on an accelerator before it trains a bf16 job)."""
+  assert dtype_check.BF16_U == BF16_U and dtype_check.TRAIN_SEEDS == TRAIN_SEEDS
+  out = dtype_check.train_both(task, tmp_path)
   (rows32, finals32), (rows16, finals16) = out["float32"], out["bfloat16"]
   assert set(rows16) == set(rows32) and max(step for _, step in rows32) == 8
   worst = 0.0
-  for (seed, step), r32 in rows32.items():
-    r16 = rows16[seed, step]
-    for k, v in r32.items():
-      if (k in ("loss", "ce") or k.startswith(("loss_", "ce_"))) and v is not None:
-        bound = step * BF16_U * abs(v)
-        assert abs(r16[k] - v) <= bound, (seed, step, k, r16[k], v, bound)
-        worst = max(worst, abs(r16[k] - v) / bound)
+  for seed, step, k, b, a, bound in dtype_check.train_distances(rows32, rows16):
+    assert abs(b - a) <= bound, (seed, step, k, b, a, bound)
+    worst = max(worst, abs(b - a) / bound)
   assert 0 < worst  # bf16 really ran
-  f0 = finals32[0]
-  metrics = [k for k, v in f0.items() if k not in ("seed", "step", "kind") and isinstance(v, float)]
-  assert any("_em_" in k for k in metrics)
-  for k in metrics:
-    split, group = k.split("_", 1)[0], k.rsplit("_", 1)[-1]
-    n = max(f0.get(f"{split}_n_{group}", f0[f"{split}_n_all"]), 1)  # examples of the metric
-    a = np.array([finals32[s][k] for s in TRAIN_SEEDS])
-    b = np.array([finals16[s][k] for s in TRAIN_SEEDS])
-    se = float(np.std(a, ddof=1)) / math.sqrt(len(a))
-    assert abs(float(b.mean() - a.mean())) <= 2 * se + 1 / n, (k, list(a), list(b), se, n)
+  metrics = dtype_check.eval_distances(finals32, finals16)
+  assert any("_em_" in k for k, *_ in metrics)
+  for k, a, b, bound, diff in metrics:
+    assert abs(diff) <= bound, (k, a, b, bound)

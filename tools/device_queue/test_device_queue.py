@@ -26,30 +26,59 @@ from tools.device_queue import analysis
 from tools.device_queue import config as config_file
 from tools.device_queue import jobs
 from tools.device_queue import queue as dq
+from tools.device_queue import sizing
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def test_arms_are_sized_by_the_measured_step_time():
-  job = jobs.job_by_name("copy_lc1")
-  verify = {"parts": {"throughput": {
-      "seeds": [{"model": "copy_task:paper_lc1", "mode": "vmap", "seed_steps_per_s": 500.0}],
-      "rows": [{"model": "copy_task:paper_lc1", "dtype": "float32", "all_positions": False,
-                "step_s": 0.003}]}}}
-  assert dq.seed_step_s(job, verify) == pytest.approx(0.002)  # the stacked rate wins
-  del verify["parts"]["throughput"]["seeds"]
-  assert dq.seed_step_s(job, verify) == 0.003  # else one seed's step time
-  assert dq.seed_step_s(job, None) is None
-  # 20,000 steps at 2 ms per seed-step, 20% safety: 48 s per seed; 60 s per arm overhead.
-  # 2 arms in 400 s: (400 - 120) // (2 * 48) = 2 seeds each; 1 arm in 400 s: 7 -> capped at 5.
-  assert dq.seeds_that_fit(job, 5, 2, 400, 0.002, 20_000, "paper") == 2
-  assert dq.seeds_that_fit(job, 5, 1, 400, 0.002, 20_000, "paper") == 5
-  assert dq.seeds_that_fit(job, 5, 2, 100, 0.002, 20_000, "paper") == 0
+VERIFY = os.path.join(ROOT, "results", "verify")
 
 
-def test_arms_are_sized_by_what_the_collected_arms_took(tmp_path, capsys):
-  """`measured_seed_s` reads the collected arms' wall time per seed on one device kind, and
-  `run` trains no more seeds than it says fit (here none: 1000 s per seed, 600 s left)."""
+def _h200():
+  docs = {n: wd.read_json(os.path.join(VERIFY, n)) for n in sorted(os.listdir(VERIFY))
+          if n.startswith("verify_")}
+  return sizing.kind_rates(docs, "NVIDIA H200")
+
+
+def test_the_rates_of_a_device_kind_come_from_its_verify_sessions():
+  r = _h200()
+  assert r["sessions"] == ["verify_h200_20261126.json", "verify_h200_20261127.json"]
+  assert sizing.kind_rates({"x": {"parts": {}}}, "NVIDIA H200") is None
+  s = r["stack"]  # t_n = t1 (f + (1 - f) n), f from the measured 5 stacked copy-task seeds
+  assert sizing.stacked_step_s(s["single_step_s"], s["seeds"], s["fixed_share"]) == \
+      pytest.approx(s["stacked_step_s"])
+  assert sizing.stacked_step_s(0.003, 1, s["fixed_share"]) == pytest.approx(0.003)
+  # the preflight is the slowest env + golden of the kind's sessions (the 27th: 29.7 + 126.3)
+  assert r["preflight_s"] == pytest.approx(156.0)
+  rate = sizing.job_rate(r, "path_star:paper", "bfloat16")
+  assert rate["flops_per_step"] == pytest.approx(2.5234e11, rel=1e-4)
+
+
+def test_a_call_is_predicted_part_by_part_and_fit_balances_the_arms():
+  r = {"peak_flops": {"bfloat16": 1e12}, "preflight_s": 100.0, "stack": {"fixed_share": 0.5},
+       "steps": {}}
+  rate = {"step_s": 0.01, "setup_s": 20.0, "flops_per_step": 1e9, "source": "t"}
+  p = sizing.predict(r, rate, 4, 1000, "bfloat16")
+  # 4 slots: 0.01 (0.5 + 0.5 x 4) = 0.025 s per step
+  assert p["step_s"] == pytest.approx(0.025) and p["parts_s"]["train"] == pytest.approx(25.0)
+  assert p["parts_s"] == {"preflight": 100.0, "setup_compile": 20.0, "train": 25.0,
+                          "eval": 20.0, "checkpoint": 0.0, "write": sizing.WRITE_S}
+  assert p["tflops"] == pytest.approx(4 * 1e9 / 0.025 / 1e12)
+  assert p["bound_train_s"] == pytest.approx(4 * 1e9 * 1000 / 1e12)
+  missing = {"ce": [1, 2, 3], "e1_warmup": [0, 4]}
+  # without the preflight: 42 + 10 (0.5 + 0.5 n) <= 70 -> n <= 4.6: 4 runs, 2 per arm
+  pick, pred = sizing.fit(r, rate, 1000, "bfloat16", 70.0, missing)
+  assert pick == {"ce": [1, 2], "e1_warmup": [0, 4]} and pred["slots"] == 4
+  pick, pred = sizing.fit(r, rate, 1000, "bfloat16", 54.0, missing)
+  assert pick == {"ce": [1]} and pred["slots"] == 1
+  assert sizing.fit(r, rate, 1000, "bfloat16", 50.0, missing)[0] == {}
+  cmp = sizing.compare(p["parts_s"], {"train": 50.0, "setup_compile": 10.0})
+  assert cmp["train"]["ratio"] == pytest.approx(2.0) and cmp["preflight"]["ratio"] is None
+
+
+def test_without_rates_a_call_is_held_to_what_the_collected_seeds_took(tmp_path, capsys):
+  """`measured_seed_s` reads the collected seeds' wall time per model on one device kind, and
+  `run` (no verify rates for this CPU) trains nothing when that says it does not fit."""
   seed = {"test_em_hard": 0.5, "arm_seconds": 3000.0, "arm_seeds": 3,
           "ran_on": {"device_kind": "cpu"}}
   doc = {"job": "copy_lc1", "arms": {
@@ -63,19 +92,20 @@ def test_arms_are_sized_by_what_the_collected_arms_took(tmp_path, capsys):
   wd.write_json(dq.results_path(jobs.job_by_name("copy_lc1"), str(res), "test"), doc)
   assert dq.run(600, str(tmp_path / "out"), "test", ["copy_lc1"], str(res)) == []
   err = capsys.readouterr().err
-  assert "1000 s as the job's collected arms took on cpu: stopping" in err
+  assert "as the job's collected seeds took on cpu: stopping" in err
 
 
 def _run_and_collect(tmp):
-  """The test variant through the entry point: 3 seeds of each copy_lc1 arm trained, the arm
-  files kept under <results>/arms/, collected and analysed."""
+  """The test variant through the entry point: 3 seeds of each arm of copy_lc1 and of
+  path_star_g23 trained, each job as one stacked program, the job files kept under
+  <results>/arms/, collected and analysed."""
   res = tmp / "results"
   code = experiment.main(["el_jax.experiment",
                           f"--config={ROOT}/tools/device_queue/config.py:test",
                           f"--config.results_dir={res}"])
   assert code in (None, 0)
   files = sorted(glob.glob(str(res / "arms" / "*.json")),
-                 key=lambda p: wd.read_json(p)["finished"] + wd.read_json(p)["arm"])
+                 key=lambda p: wd.read_json(p)["finished"] + wd.read_json(p)["job"])
   return tmp, str(res), files
 
 
@@ -85,15 +115,77 @@ def collected(tmp_path_factory):
                                           _run_and_collect)
 
 
-def test_run_trains_the_missing_seeds_of_each_arm(collected):
+def test_run_trains_the_missing_seeds_of_every_arm_as_one_program(collected):
   _, res, files = collected
-  assert sorted(os.path.basename(f).split(".")[:2] for f in files) == [
-      ["copy_lc1", "ce"], ["copy_lc1", "e1_warmup"]]
-  doc = next(wd.read_json(f) for f in files if ".e1_warmup." in f)
-  assert doc["seeds"] == [0, 1, 2] and len(doc["per_seed"]) == 3 and doc["size"] == "test"
-  assert doc["overrides"]["loss.name"] == "e1" and doc["overrides"]["train.vmap_seeds"] is True
-  assert doc["ran_on"]["platform"] == "cpu" and doc["steps"] == 8
-  assert all(0 <= f["test_em_hard"] <= 1 for f in doc["per_seed"])
+  assert sorted(os.path.basename(f).split(".")[0] for f in files) == ["copy_lc1",
+                                                                      "path_star_g23"]
+  doc = next(wd.read_json(f) for f in files if "copy_lc1." in f)
+  assert doc["size"] == "test" and doc["slots"] == 6 and doc["steps"] == 8
+  e1 = doc["arms"]["e1_warmup"]
+  assert e1["seeds"] == [0, 1, 2] and len(e1["per_seed"]) == 3
+  assert e1["overrides"]["loss.name"] == "e1" and e1["overrides"]["train.vmap_seeds"] is True
+  assert doc["ran_on"]["platform"] == "cpu"
+  assert all(0 <= f["test_em_hard"] <= 1 for f in e1["per_seed"])
+  ps = next(wd.read_json(f) for f in files if "path_star_g23." in f)
+  over = ps["arms"]["ce"]["overrides"]
+  assert over["model.dtype"] == "bfloat16" and over["train.checkpoint_every"] == 0
+
+
+def test_each_call_records_its_timeline(collected):
+  """Every part of the call recorded; the parts sum to the wall time within the stated slack
+  (`el_jax.infra.timeline.SLACK`); one compile of the stacked step for the 6 runs; training
+  TFLOP/s = el_jax's FLOPs of a slot's step x slots x steps / training seconds."""
+  from el_jax.infra import timeline
+  _, _, files = collected
+  for f in files:
+    d = wd.read_json(f)
+    t = d["timeline"]
+    for part in ("setup", "compile", "train", "eval", "write"):
+      assert t["parts_s"][part] > 0, (f, part)
+    assert abs(t["wall_s"] - t["parts_sum_s"]) <= timeline.slack(t["wall_s"])
+    assert t["parts_sum_s"] == pytest.approx(sum(t["parts_s"].values()), abs=1e-3)
+    assert t["compiled"]["jit(stacked)"] == 1
+    (prog,) = t["notes"]["programs"]
+    assert (prog["slots"], prog["steps"]) == (d["slots"], d["steps"]) == (6, 8)
+    assert prog["flops_per_slot_step"] > 0 and "XLA cost analysis" in prog["flops_source"]
+    assert t["train_flops"] == pytest.approx(prog["flops_per_slot_step"] * 6 * 8)
+    assert t["train_tflops"] == pytest.approx(t["train_flops"] / t["parts_s"]["train"] / 1e12)
+    assert d["seconds"] == t["wall_s"] and "sizing" not in d  # no rates of this CPU
+
+
+def test_a_sized_call_stacks_what_fits_and_compares_with_its_timeline(tmp_path, monkeypatch):
+  """With rates of this device kind (a verify JSON of the CPU: path-star's `test` step at 1 s,
+  setup 1 s, nothing shared between stacked runs), 8 steps: a call of n runs is predicted at
+  1 + 8 n + 1 + 2 s; within 30 s, 3 runs (CE 0, 1 and E1 + warmup 0) are stacked, and the
+  prediction is kept beside the timeline; with 11 s, not one run fits and nothing trains."""
+  import jax
+  kind = jax.devices()[0].device_kind
+  verify = {"parts": {"env": {"ran_on": {"device_kind": kind}, "peak_flops": {"bfloat16": 1e12},
+                              "seconds": 1.0},
+                      "golden": {"seconds": 1.0},
+                      "throughput": {"rows": [{"model": "path_star:test", "dtype": "bfloat16",
+                                               "all_positions": False, "step_s": 1.0,
+                                               "flops_per_step": 1e6, "setup_s": 1.0}]}}}
+  monkeypatch.setattr(dq, "VERIFY_DIR", str(tmp_path / "none"))  # only this session's rates
+  out = tmp_path / "out"
+  (path,) = dq.run(30, str(out), "test", ["path_star_g23"], str(tmp_path / "res"),
+                   verify=verify)
+  d = wd.read_json(path)
+  assert {a: r["seeds"] for a, r in d["arms"].items()} == {"ce": [0, 1], "e1_warmup": [0]}
+  z = d["sizing"]
+  assert z["predicted"]["slots"] == 3 and z["predicted"]["total_s"] == pytest.approx(28.0)
+  t = d["timeline"]["parts_s"]
+  assert z["parts"]["train"]["measured_s"] == t["train"]
+  assert z["parts"]["setup_compile"]["measured_s"] == pytest.approx(t["setup"] + t["compile"])
+  assert z["parts"]["train"]["ratio"] == pytest.approx(t["train"] / 24.0)
+  doc = {"job": "path_star_g23", "arms": {}}
+  dq.merge(doc, d, jobs.job_by_name("path_star_g23"))
+  (call,) = doc["calls"]
+  assert call["slots"] == 3 and call["sizing"] == z and call["device_kind"] == kind
+  # the job's own measured rate per slot-step replaces verify's next time
+  assert dq.measured_slot_step_s(doc, kind) == pytest.approx(t["train"] / 8 / 3)
+  assert dq.run(11, str(out), "test", ["path_star_g23"], str(tmp_path / "res"),
+                verify=verify) == []
 
 
 def test_collect_merges_seeds_and_the_analysis_tests_once_each_arm_has_three(collected):
@@ -108,11 +200,14 @@ def test_collect_merges_seeds_and_the_analysis_tests_once_each_arm_has_three(col
   assert "comparisons" not in doc and not any({"n", "aggregate", "devices"} & set(a)
                                               for a in arms.values())
   assert doc["paper"] == {"ce": "s000.fig1a.ce_k1"}
+  (call,) = doc["calls"]  # the call's timeline, kept with the seeds
+  assert call["slots"] == 6 and call["arms"] == {"ce": [0, 1, 2], "e1_warmup": [0, 1, 2]}
+  assert all(v["arm_seeds"] == 6 for a in arms.values() for v in a["seeds"].values())
   a = [arms["e1_warmup"]["seeds"][s]["test_em_hard"] for s in "012"]
   b = [arms["ce"]["seeds"][s]["test_em_hard"] for s in "012"]
   with open(os.path.join(res, "analysis.json")) as f:
     an = json.load(f)
-  assert an["sources"] == [os.path.relpath(dq.results_path(job, res, "test"), ROOT)]
+  assert os.path.relpath(dq.results_path(job, res, "test"), ROOT) in an["sources"]
   (c,) = an["jobs"]["copy_lc1"]["comparisons"]
   want = stats.compare(a, b)
   assert (c["a"], c["b"], c["diff"], c["p_value"]) == ("e1_warmup", "ce", want["diff"],
@@ -123,7 +218,9 @@ def test_collect_merges_seeds_and_the_analysis_tests_once_each_arm_has_three(col
   # the same files again add nothing (the first measurement of a seed stands)
   tmp = os.path.join(os.path.dirname(res), "again")
   shutil.copytree(res, tmp)
-  assert dq.collect(files, tmp, "test") == {"copy_lc1": [("ce", []), ("e1_warmup", [])]}
+  assert dq.collect(files, tmp, "test") == {"copy_lc1": [("ce", []), ("e1_warmup", [])],
+                                            "path_star_g23": [("ce", []), ("e1_warmup", [])]}
+  assert len(wd.read_json(dq.results_path(job, tmp, "test"))["calls"]) == 1
   # the next run would train the two missing seeds of each arm
   assert dq.missing_seeds(job, doc) == {"ce": [3, 4], "e1_warmup": [3, 4]}
   assert "copy_lc1       ce 3/5, e1_warmup 3/5" in dq.status(res, "test")
@@ -147,8 +244,9 @@ def test_collect_refuses_what_does_not_belong(collected, tmp_path):
   res2 = str(tmp_path / "r")
   shutil.copytree(res, res2)
   bad = wd.read_json(files[0])
-  bad["overrides"]["optim.lr"] = 1.0
-  bad["seeds"], bad["per_seed"] = [4], bad["per_seed"][:1]
+  arm = bad["arms"]["ce"]
+  arm["overrides"]["optim.lr"] = 1.0
+  arm["seeds"], arm["per_seed"] = [4], arm["per_seed"][:1]
   p = str(tmp_path / "bad.json")
   wd.write_json(p, bad)
   with pytest.raises(ValueError, match="a changed arm is a new job"):

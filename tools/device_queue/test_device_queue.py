@@ -345,3 +345,37 @@ def test_the_paper_size_copy_task_sentences_hold():
     readme = f.read()
   assert (f"hard-test EM CE {ce['aggregate']['mean']:.3f} vs E1 + warmup "
           f"{e1['aggregate']['mean']:.3f}, p = {c['p_value']:.2g} (floor of 5 vs 5)") in readme
+
+
+def test_the_sizing_prediction_sentences_hold():
+  """The accelerator page's prediction for path-star G(2,3) x 10 runs on the H200: it does not
+  fit one call; only an MFU far above any el_jax reached there would fit it; one run at the full
+  budget fits, or the 10 runs for a quarter of the steps; the numbers are the analysis's."""
+  with open(os.path.join(ROOT, "results", "device_queue", "analysis.json")) as f:
+    a = json.load(f)
+  z = a["sizing"]
+  h = z["kinds"]["NVIDIA H200"]
+  g = h["jobs"][z["target"]]
+  assert z["target"] == "path_star_g23" and (g["runs"], g["steps"]) == (10, 78_100)
+  assert g["dtype"] == "bfloat16" and not g["fits"] and g["all"]["total_s"] > z["call_s"]
+  assert g["bound_call_s"] < z["call_s"] and g["mfu_needed"] > 5 * h["best_mfu"]
+  assert g["runs_that_fit"] == 1 and g["one_call"]["total_s"] <= z["call_s"]
+  assert 0.2 < g["steps_fraction"] < 0.3 and g["calls_needed"] == 10
+  p = g["all"]
+  assert p["step_s"] == pytest.approx(sizing.stacked_step_s(p["single_step_s"], 10,
+                                                            h["stack"]["fixed_share"]))
+  assert p["total_s"] == pytest.approx(sum(p["parts_s"].values()))
+  page = _page("accelerator.md")
+  for said in (
+      f"Stacked, the 10 runs are predicted at {g['step_ms']:.2f} ms per step "
+      f"({p['tflops']:.1f} TFLOP/s, MFU {100 * p['mfu']:.1f}%), so 78,100 steps take "
+      f"{p['parts_s']['train']:,.0f} s of training and the call {p['total_s']:,.0f} s",
+      f"at 100% of the bf16 ceiling the training takes {p['bound_train_s']:,.0f} s and the call "
+      f"{g['bound_call_s']:,.0f} s, so one call needs an MFU of {100 * g['mfu_needed']:.0f}%",
+      f"reached at most {100 * h['best_mfu']:.1f}% of it",
+      f"What one call can do: 1 run at the full budget (predicted "
+      f"{g['one_call']['total_s']:,.0f} s), or the 10 runs for {g['steps_that_fit']:,} of the "
+      f"78,100 steps",
+      "| NVIDIA H200 | path_star_g23 | 10 x 78,100 | bfloat16 |",
+      "not yet checked on a device"):
+    assert said in page, said

@@ -50,9 +50,12 @@ def test_ratio_rows_pair_el_jax_with_torch():
   parts = {"throughput": {"rows": [
       {"model": "m", "dtype": "float32", "all_positions": False, "step_s": 1.0},
       {"model": "m", "dtype": "float32", "all_positions": True, "step_s": 2.0}]},
-      "torch": {"rows": [{"model": "m", "dtype": "float32", "step_s": 4.0}]}}
+      "torch": {"rows": [{"model": "m", "dtype": "float32", "step_s": 4.0},
+                         {"model": "m", "dtype": "float32", "step_s": 3.0, "mode": "compile"}]}}
   rows = verify._ratio_rows(parts)
-  assert [(r["equal_work"], r["speedup"]) for r in rows] == [(False, 4.0), (True, 2.0)]
+  assert [(r["mode"], r["equal_work"], r["speedup"]) for r in rows] == [
+      ("eager", False, 4.0), ("eager", True, 2.0), ("compile", False, 3.0),
+      ("compile", True, 1.5)]
 
 
 def test_the_command_writes_one_json_and_skips_what_has_no_time(tmp_path):

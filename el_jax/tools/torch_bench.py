@@ -14,11 +14,30 @@ default matmul precision on NVIDIA GPUs), or bf16 autocast around the forward pa
 float32 weights (el_jax's `model.dtype="bfloat16"`). Time: CUDA-synchronised wall time of
 `steps` steps, the median of `rounds` windows after `warmup` steps.
 
+`mode` (`MODES`) is how PyTorch runs the forward pass and the loss: "eager" (op by op from
+Python), "compile" (`torch.compile`: TorchInductor's fused kernels for the forward and, through
+AOTAutograd, the backward) or "reduce-overhead" (`torch.compile(mode="reduce-overhead")`: the
+same, replayed as CUDA graphs, which removes the launch cost of every kernel; CUDA only). The
+optimizer step is PyTorch's fused AdamW in every mode. A compiled mode's first warm-up step
+compiles: its seconds are `compile_s` (with the remaining warm-up steps it is the cost of
+compiling, not timed in `step_s`).
+
 This module never imports JAX (`el_jax.tools.verify` runs it in a process of its own, so the two
 frameworks never share the accelerator's memory); torch and transformers are imported on
 use. tools/bench_vs_torch/ is the CPU comparison with its own virtualenv.
 """
 import time
+
+MODES = ("eager", "compile", "reduce-overhead")
+
+
+def mode_refusal(mode, device_type):
+  """Why `mode` cannot run on `device_type` ("cpu" / "cuda"), or None."""
+  if mode not in MODES:
+    return f"mode {mode!r} is not one of {MODES}"
+  if mode == "reduce-overhead" and device_type != "cuda":
+    return "CUDA graphs (mode='reduce-overhead') need a CUDA device"
+  return None
 
 
 def available():
@@ -74,13 +93,17 @@ def build(shape):
   return model
 
 
-def time_steps(shape, dtype, steps=50, rounds=5, warmup=10, device=None):
-  """{"step_s" (median), "step_s_rounds", "device", "num_params", "dtype", "tf32"} of the
-  training step of `shape` in `dtype` ("float32" with TF32 matmuls, or "bfloat16" autocast)."""
+def time_steps(shape, dtype, steps=50, rounds=5, warmup=10, device=None, mode="eager"):
+  """{"step_s" (median), "step_s_rounds", "device", "num_params", "dtype", "tf32", "mode",
+  "compile_s"} of the training step of `shape` in `dtype` ("float32" with TF32 matmuls, or
+  "bfloat16" autocast), run as `mode` (module docstring; ValueError where it cannot run)."""
   import numpy as np
   import torch
   dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
   cuda = dev.type == "cuda"
+  why = mode_refusal(mode, dev.type)
+  if why:
+    raise ValueError(f"torch_bench: {why}")
   if cuda:
     torch.backends.cuda.matmul.allow_tf32 = True  # JAX's default precision for float32 dots
     torch.backends.cudnn.allow_tf32 = True
@@ -99,10 +122,16 @@ def time_steps(shape, dtype, steps=50, rounds=5, warmup=10, device=None):
     batches.append((x[:, :-1].contiguous(), x[:, 1:].contiguous()))
   bf16 = dtype == "bfloat16"
 
-  def step(x, y):
+  def forward_loss(x, y):
     with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bf16):
       logits = model(input_ids=x).logits
-    loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, v), y.reshape(-1))
+    return torch.nn.functional.cross_entropy(logits.float().reshape(-1, v), y.reshape(-1))
+
+  if mode != "eager":
+    forward_loss = torch.compile(forward_loss, mode=None if mode == "compile" else mode)
+
+  def step(x, y):
+    loss = forward_loss(x, y)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
     opt.step()
@@ -113,7 +142,11 @@ def time_steps(shape, dtype, steps=50, rounds=5, warmup=10, device=None):
     if cuda:
       torch.cuda.synchronize()
 
-  for i in range(max(warmup, 1)):
+  t0 = time.perf_counter()
+  loss = step(*batches[0])  # a compiled mode compiles here
+  sync()
+  compile_s = time.perf_counter() - t0
+  for i in range(1, max(warmup, 1)):
     loss = step(*batches[i % len(batches)])
   sync()
   times = []
@@ -129,4 +162,5 @@ def time_steps(shape, dtype, steps=50, rounds=5, warmup=10, device=None):
   times_sorted = sorted(times)
   return {"step_s": times_sorted[len(times) // 2], "step_s_rounds": times,
           "device": str(dev), "num_params": sum(p.numel() for p in model.parameters()),
-          "tf32": bool(cuda), "attention": "sdpa", "tokens_per_step": b * t}
+          "tf32": bool(cuda), "attention": "sdpa", "tokens_per_step": b * t, "mode": mode,
+          "compile_s": compile_s if mode != "eager" else None}

@@ -25,7 +25,9 @@ memory), and everything goes to the one JSON file `--out`:
               dtype; and `copy_task:paper_lc1` seeds, sequential against stacked
   torch       the same models and batches in PyTorch on the same device (Hugging Face
               GPT-NeoX / GPT-2, SDPA attention, AdamW + clipping; float32 with TF32 matmuls as
-              JAX's default, and bf16 autocast), and the ratio el_jax / torch
+              JAX's default, and bf16 autocast), eager, with `torch.compile` and with CUDA
+              graphs (`mode="reduce-overhead"`, on CUDA) where the part's time allows, and the
+              ratio el_jax / torch of each
 
 Exit status 0 when every required check (golden at highest precision, seeds, main) passed,
 1 otherwise; the last lines printed are a short table. Parts: `--parts=env,golden,...`.
@@ -299,21 +301,56 @@ def part_throughput(size, peaks=None):
   return {"ok": True, **res}
 
 
-def part_torch(size, shapes=None, el_jax_rows=None):
+COMPILE_RESERVE_S = 60  # a compiled PyTorch mode starts only with this much of the part's time
+
+
+def part_torch(size, shapes=None, el_jax_rows=None, peaks=None, budget_s=None):
+  """PyTorch's step of each model and dtype in every mode of `torch_bench.MODES` that runs
+  here: all eager rows first, then `torch.compile`, then CUDA graphs, each compiled mode only
+  with `COMPILE_RESERVE_S` of the part's `budget_s` left (a mode left out is listed in
+  "skipped" with why). A row's MFU is at el_jax's FLOPs of the same work (its all-positions
+  float32 step) over the measured ceiling of the dtype."""
   # heavy: JAX / torch, imported in this part's own process (the parent imports neither)
   from el_jax.tools import torch_bench
   if not torch_bench.available():
     return {"ok": None, "skipped": "no torch in this Python"}
+  import torch
   s = SIZES[size]
-  rows = []
-  for name, shape in (shapes or {}).items():
-    for dtype in ("float32", "bfloat16"):
-      r = torch_bench.time_steps(shape, dtype, steps=s["steps"], rounds=s["rounds"],
-                                 warmup=s["warmup"])
-      rows.append({"model": name, "dtype": dtype, **r})
-      print(f"torch {name} {dtype}: {r['step_s'] * 1e3:.3f} ms/step on {r['device']}",
-            file=sys.stderr)
-  return {"ok": True, "rows": rows, **torch_bench.versions()}
+  t_end = time.time() + budget_s if budget_s else None
+  device_type = "cuda" if torch.cuda.is_available() else "cpu"
+  equal = {r["model"]: r["flops_per_step"] for r in el_jax_rows or []
+           if r["all_positions"] and r["dtype"] == "float32"}
+  res = {"rows": [], "skipped": [], **torch_bench.versions()}
+  for mode in torch_bench.MODES:
+    for name, shape in (shapes or {}).items():
+      for dtype in ("float32", "bfloat16"):
+        why = torch_bench.mode_refusal(mode, device_type)
+        if why is None and mode != "eager" and t_end is not None \
+            and t_end - time.time() < COMPILE_RESERVE_S:
+          why = f"out of the part's time (less than {COMPILE_RESERVE_S} s left)"
+        if why is None:
+          try:
+            r = torch_bench.time_steps(shape, dtype, steps=s["steps"], rounds=s["rounds"],
+                                       warmup=s["warmup"], mode=mode)
+          except Exception as e:  # noqa: BLE001 -- a mode that fails here is recorded, not fatal
+            if mode == "eager":
+              raise
+            why = f"{type(e).__name__}: {str(e)[:300]}"
+        if why is not None:
+          res["skipped"].append({"model": name, "dtype": dtype, "mode": mode, "why": why})
+          continue
+        row = {"model": name, "dtype": dtype, **r}
+        flops = equal.get(name)
+        if flops:
+          row["flops_per_step_equal_work"] = flops
+          if (peaks or {}).get(dtype):
+            row["mfu"] = flops / r["step_s"] / peaks[dtype]
+        res["rows"].append(row)
+        print(f"torch {name} {dtype} {mode}: {r['step_s'] * 1e3:.3f} ms/step on {r['device']}"
+              + (f" (compiled in {r['compile_s']:.1f} s)" if r["compile_s"] else ""),
+              file=sys.stderr, flush=True)
+        _save_partial(res)
+  return {"ok": True, **res}
 
 
 # ----------------------------------------------------------------------------
@@ -345,7 +382,8 @@ def _run_part(part, size, extra, timeout):
 
 
 def _ratio_rows(results):
-  """el_jax / torch step-time ratios (scored positions as trained, and equal work)."""
+  """el_jax / torch step-time ratios (scored positions as trained, and equal work), one per
+  PyTorch mode timed."""
   th = results.get("throughput", {}).get("rows", [])
   to = results.get("torch", {}).get("rows", [])
   out = []
@@ -355,6 +393,7 @@ def _ratio_rows(results):
               and r["all_positions"] == equal]
       if mine:
         out.append({"model": t["model"], "dtype": t["dtype"], "equal_work": equal,
+                    "mode": t.get("mode", "eager"),
                     "el_jax_step_s": mine[0]["step_s"], "torch_step_s": t["step_s"],
                     "speedup": t["step_s"] / mine[0]["step_s"]})
   return out
@@ -389,7 +428,7 @@ def summary_lines(res):
     lines.append(f"{r['model']} {r['seeds']} seeds {r['mode']}: {r['seed_steps_per_s']:.1f} "
                  f"seed-steps/s")
   for r in res.get("vs_torch", []):
-    lines.append(f"vs torch {r['model']:22s} {r['dtype']:8s} "
+    lines.append(f"vs torch {r['mode']:15s} {r['model']:22s} {r['dtype']:8s} "
                  f"{'equal work' if r['equal_work'] else 'as trained'}: {r['speedup']:.2f}x")
   return lines
 
@@ -444,7 +483,10 @@ def main(argv=None):
     if part == "throughput":
       extra["peaks"] = res["parts"].get("env", {}).get("peak_flops") or {}
     if part == "torch":
-      extra["shapes"] = res["parts"].get("throughput", {}).get("shapes") or {}
+      th = res["parts"].get("throughput", {})
+      extra.update(shapes=th.get("shapes") or {}, el_jax_rows=th.get("rows") or [],
+                   peaks=res["parts"].get("env", {}).get("peak_flops") or {},
+                   budget_s=max(timeout - 15, 0))
     print(f"verify: {part} ...", file=sys.stderr, flush=True)
     res["parts"][part] = _run_part(part, args.size, extra, timeout)
     res["vs_torch"] = _ratio_rows(res["parts"])

@@ -137,3 +137,35 @@ def test_the_speed_page_shows_the_same_comparison():
     assert (f"| `{r['model']}` | {r['dtype']} | "
             f"{'all (equal work)' if r['equal_work'] else 'scored (as trained)'} | "
             f"{r['el_jax_ms']:.2f} | {r['torch_ms']:.2f} |") in page
+
+
+def test_el_jax_is_compared_with_the_fastest_pytorch_mode_measured(tmp_path):
+  """A session that timed PyTorch eager, with torch.compile and with CUDA graphs: one row per
+  model, dtype and positions, each mode's time, the fastest mode and el_jax against it; the
+  committed H200 session timed eager only: its compiled cells read "not yet measured"."""
+  root = _checkout(tmp_path)
+  v = {"parts": {"env": {"ran_on": {"device_kind": "GPU X", "jax": "0"}},
+                 "torch": {"rows": [
+                     {"model": "m", "dtype": "float32", "mode": "eager", "step_s": 0.010,
+                      "mfu": 0.05},
+                     {"model": "m", "dtype": "float32", "mode": "compile", "step_s": 0.006,
+                      "mfu": 0.08},
+                     {"model": "m", "dtype": "float32", "mode": "reduce-overhead",
+                      "step_s": 0.004, "mfu": 0.125}]}},
+       "vs_torch": [{"model": "m", "dtype": "float32", "equal_work": False, "mode": m,
+                     "el_jax_step_s": 0.002, "torch_step_s": t, "speedup": t / 0.002}
+                    for m, t in (("eager", 0.010), ("compile", 0.006),
+                                 ("reduce-overhead", 0.004))]}
+  (root / "results" / "verify" / "verify_x.json").write_text(json.dumps(v))
+  a = _analyze(root)
+  (r,) = a["vs_torch"]
+  assert (r["torch_ms"], r["compile_ms"], r["graphs_ms"]) == (10.0, 6.0, 4.0)
+  assert r["best_mode"] == "reduce-overhead" and r["speedup_best"] == 2.0
+  assert r["speedup"] == 5.0 and (r["torch_mfu"], r["best_mfu"]) == (0.05, 0.125)
+  table = _render(root, "verify/vs_torch.md")
+  assert ("| `m` | float32 | scored (as trained) | 2.00 | 10.00 | 6.00 | 4.00 | 5.0% / 12.5% | "
+          "5.00x | 2.00x (reduce-overhead) |") in table
+  page = _page("accelerator.md")
+  for c in _committed()["vs_torch"]:
+    assert c["compile_ms"] is None and c["graphs_ms"] is None and not c["compiled_measured"]
+  assert "| not yet measured | not yet measured |" in page and "(eager only) |" in page

@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from el_jax.core import step as step_lib
 from el_jax.infra import timeline
 from el_jax.run import config as config_lib
 from el_jax.run import job
@@ -79,11 +80,10 @@ def test_a_stacked_job_records_its_timeline(tmp_path, monkeypatch):
   (prog,) = d["notes"]["programs"]
   assert (prog["slots"], prog["steps"]) == (3, 8)
   # el_jax's own count: XLA's cost analysis of one slot's step, as el_jax.tools.plan counts it
-  from el_jax.tools import plan
   setup = setup_lib.Setup(e1)
   trainer = setup_lib.Trainer(setup)
   state, batch = trainer.init(0), trainer.put_batch(setup.batch(0, 0))
-  flops, _ = plan.step_flops(trainer.step, state, batch)
+  flops, _ = step_lib.step_flops(trainer.step, state, batch)
   assert prog["flops_per_slot_step"] == pytest.approx(flops, rel=0.05)
   for run in ("ce", "e1"):
     assert not os.listdir(tmp_path / run / "seed_0" / "checkpoints")

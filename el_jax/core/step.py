@@ -174,3 +174,18 @@ def ce_objectives(graphdef):
     return masked_mean(ce(logits, batch["targets"]), mask)
 
   return loss_fn, logits_fn
+
+
+def step_flops(jitted, *args):
+  """(FLOPs of one call of the jitted function `jitted` on `args` (arrays or
+  `jax.ShapeDtypeStruct`s), where the count comes from): XLA's cost analysis of the lowered
+  program (before optimisation, nothing compiled or run); where the backend gives none there
+  (the CUDA backend of jax 0.11), that of the compiled program; NaN when neither does."""
+  lowered = jitted.lower(*args)
+  for source, get in (("lowered", lowered.cost_analysis),
+                      ("compiled", lambda: lowered.compile().cost_analysis())):
+    cost = get()
+    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    if cost and cost.get("flops"):
+      return float(cost["flops"]), f"XLA cost analysis ({source})"
+  return float("nan"), "none: XLA's cost analysis gave no FLOPs"

@@ -86,6 +86,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from el_jax.core import losses
+from el_jax.core import step as step_lib
 from el_jax.core import optim
 from el_jax.core import tasks
 from el_jax.infra import checkpoint
@@ -295,9 +296,8 @@ class StackedTrainer:
     """(FLOPs of one slot's training step, where the count comes from): XLA's cost analysis
     of the step one slot runs (`trainer.pure_step`, or its `member_step` with the slot's
     hyperparameters), lowered from abstract inputs (nothing runs), else compiled where the
-    backend's lowered analysis gives none (`el_jax.tools.plan.step_flops`). The stacked
+    backend's lowered analysis gives none (`el_jax.core.step.step_flops`). The stacked
     program runs it for every slot: its FLOPs per step are `len(seeds)` times this."""
-    from el_jax.tools import plan
     tr = self.trainer
     state = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), tr.abstract_state)
     host = self.setup.batch(self.seeds[0], 0)
@@ -306,7 +306,7 @@ class StackedTrainer:
     if self._host_hparams is not None:
       args += (jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype),
                             self._host_hparams),)
-    return plan.step_flops(jax.jit(self._one), *args)
+    return step_lib.step_flops(jax.jit(self._one), *args)
 
   def init(self):
     return self.stack([self.trainer.init(s) for s in self.seeds])

@@ -269,21 +269,6 @@ def plan(config, num_devices=DEFAULT_DEVICES, rows=None, mfu=DEFAULT_MFU, peak="
   }
 
 
-def step_flops(jitted, *args):
-  """(FLOPs of one call of the jitted function `jitted` on `args` (arrays or
-  `jax.ShapeDtypeStruct`s), where the count comes from): XLA's cost analysis of the lowered
-  program (before optimisation, nothing compiled or run); where the backend gives none there
-  (the CUDA backend of jax 0.11), that of the compiled program; NaN when neither does."""
-  lowered = jitted.lower(*args)
-  for source, get in (("lowered", lowered.cost_analysis),
-                      ("compiled", lambda: lowered.compile().cost_analysis())):
-    cost = get()
-    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-    if cost and cost.get("flops"):
-      return float(cost["flops"]), f"XLA cost analysis ({source})"
-  return float("nan"), "none: XLA's cost analysis gave no FLOPs"
-
-
 def paper_variants(prefix="paper"):
   """[(config name, variant)] of every configs/*.py variant named `prefix` or `prefix_*`
   whose task the generic loop trains with the decoder (a `Task` without a model of its own,

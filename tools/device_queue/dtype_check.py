@@ -9,7 +9,8 @@ config trained in float32 and in bf16 from the same initialisation and batches (
       |mean_bf16 - mean_fp32| <= 2 SE_fp32 + 1 / n      (n the split's examples)
 
 (tests/test_mixed_precision.py says why these bounds.) `python -m tools.device_queue dtype`
-runs it for the tasks of the queue's bf16 jobs and writes one JSON.
+runs it for the tasks of the queue's bf16 jobs and writes one JSON; committed as
+results/device_queue/dtype_check_<device>.json, a session on that device kind skips it.
 """
 import math
 import os
@@ -71,6 +72,7 @@ def eval_distances(finals32, finals16, seeds=TRAIN_SEEDS):
 def check(task, root=None):
   """The check of `task` (module docstring) as a JSON-able dict: "ok", the worst ratio of
   each distance to its bound, and the number of values checked."""
+  from el_jax.infra import provenance
   t0 = time.time()
   with tempfile.TemporaryDirectory(prefix=f"dtype_check_{task}_") as tmp:
     both = train_both(task, root or tmp)
@@ -83,4 +85,4 @@ def check(task, root=None):
                                    and worst_train > 0),
           "worst_train_ratio": worst_train, "worst_eval_ratio": worst_eval,
           "train_values": len(tr), "eval_metrics": len(ev), "seeds": list(TRAIN_SEEDS),
-          "seconds": round(time.time() - t0, 1)}
+          "seconds": round(time.time() - t0, 1), "ran_on": provenance.ran_on()}

@@ -33,8 +33,10 @@ analysis's (`tools/device_queue/analysis.py`, `el_jax.report.stats.family`).
 with `--preflight` env and golden only, for a device kind that passed before) into
 `<out>/verify.json`; if its golden step matches the CPU, the bf16 check of the bf16 jobs' tasks
 on this device (`dtype`, tools/device_queue/dtype_check.py, into `<out>/dtype_check.json`: a
-task that fails it has its bf16 jobs left out); then `run` with the time left. Commit
-verify.json as `results/verify/verify_<device>_<date>.json`.
+task that fails it has its bf16 jobs left out; not run again on a device kind whose check is
+committed); then `run` with the time left. Commit verify.json as
+`results/verify/verify_<device>_<date>.json` and dtype_check.json as
+`results/device_queue/dtype_check_<device>.json`.
 
 `--variant` picks the config (tools/device_queue/config.py): `paper` (the default; `cpu` is
 the same) runs the jobs as listed and collects into results/device_queue/; `test` runs the same
@@ -394,18 +396,35 @@ def dtype_tasks(jobs=None):
                  and (not jobs or j["name"] in jobs)})
 
 
-def dtype_step(out, tasks, timeout_s=DTYPE_CHECK_S):
+def committed_dtype_checks(results_dir, kind):
+  """{task: ok} of the committed bf16 checks (`<results_dir>/dtype_check_*.json`) that ran on
+  device kind `kind`."""
+  out = {}
+  for path in sorted(glob.glob(os.path.join(results_dir, "dtype_check_*.json"))):
+    for task, r in wd.read_json(path, what="a committed bf16 check").items():
+      if r.get("ran_on", {}).get("device_kind") == kind:
+        out[task] = bool(r.get("ok"))
+  return out
+
+
+def dtype_step(out, tasks, timeout_s=DTYPE_CHECK_S, kind=None, results_dir=OUT):
   """The session's bf16 step: `python -m tools.device_queue dtype` for `tasks` in a process of
-  its own (at most `timeout_s`), into `<out>/dtype_check.json`; returns {task: ok}."""
+  its own (at most `timeout_s`), into `<out>/dtype_check.json`; returns {task: ok}. Tasks whose
+  check on this device kind is committed (`committed_dtype_checks`) are not checked again."""
   import subprocess
+  done = committed_dtype_checks(results_dir, kind) if kind else {}
+  if all(t in done for t in tasks):
+    print(f"device_queue: the bf16 check of {tasks} on {kind} is committed: not run again",
+          flush=True)
+    return {t: done[t] for t in tasks}
   path = os.path.join(out, "dtype_check.json")
   try:
     subprocess.run([sys.executable, "-m", "tools.device_queue", "dtype", f"--out={path}",
                     f"--tasks={','.join(tasks)}"], cwd=ROOT, check=False, timeout=timeout_s)
   except subprocess.TimeoutExpired:
     print(f"device_queue: the bf16 check ran past {timeout_s} s", flush=True)
-  done = wd.read_json(path, what="the bf16 check") if os.path.exists(path) else {}
-  return {t: bool(done.get(t, {}).get("ok")) for t in tasks}
+  ran = wd.read_json(path, what="the bf16 check") if os.path.exists(path) else {}
+  return {t: bool(ran.get(t, {}).get("ok")) for t in tasks}
 
 
 def session(out, budget_s, preflight=False, size="paper", jobs=None, results_dir=OUT):
@@ -431,7 +450,7 @@ def session(out, budget_s, preflight=False, size="paper", jobs=None, results_dir
   names = [j["name"] for j in JOBS if j["kind"] == "arms" and (not jobs or j["name"] in jobs)]
   tasks = dtype_tasks(names)
   if tasks:
-    ok = dtype_step(out, tasks)
+    ok = dtype_step(out, tasks, kind=sizing.device_kind(verify), results_dir=results_dir)
     failed = [t for t, good in ok.items() if not good]
     if failed:
       print(f"device_queue: bf16 did not stay within the stated distance of float32 on this "

@@ -379,3 +379,73 @@ def test_the_sizing_prediction_sentences_hold():
       "| NVIDIA H200 | path_star_g23 | 10 x 78,100 | bfloat16 |",
       "not yet checked on a device"):
     assert said in page, said
+
+
+def _fake_verify(golden_ok, kind="GPU X"):
+  """subprocess.run in place of `python -m el_jax.tools.verify`: writes its --out JSON."""
+  def fake(argv, **kw):
+    out = next(a.split("=", 1)[1] for a in argv if a.startswith("--out="))
+    wd.write_json(out, {"ok": golden_ok, "parts": {
+        "env": {"ok": True, "ran_on": {"device_kind": kind}},
+        "golden": {"ok": golden_ok, "rel_err": 1.0 if not golden_ok else 0.0}}})
+    return subprocess.CompletedProcess(argv, 0)
+  return fake
+
+
+def test_the_session_checks_bf16_on_the_device_before_it_trains_a_bf16_job(tmp_path, monkeypatch,
+                                                                           capsys):
+  """verify first (a golden step that does not match trains nothing: status 1); then the bf16
+  check of the bf16 jobs' task on this device: where it fails, those jobs are not trained;
+  where this device kind's check is committed, it is not run again."""
+  res, out = tmp_path / "res", tmp_path / "out"
+  monkeypatch.setattr(subprocess, "run", _fake_verify(golden_ok=False))
+  assert dq.session(str(out), 300, preflight=True, size="test", jobs=["path_star_g23"],
+                    results_dir=str(res)) == 1
+  monkeypatch.setattr(subprocess, "run", _fake_verify(golden_ok=True))
+  asked = []
+  monkeypatch.setattr(dq, "dtype_step",
+                      lambda o, tasks, **kw: asked.append((tasks, kw["kind"])) or
+                      {t: False for t in tasks})
+  assert dq.session(str(out), 300, preflight=True, size="test", jobs=["path_star_g23"],
+                    results_dir=str(res)) == 0
+  assert asked == [(["path_star"], "GPU X")]
+  printed = capsys.readouterr().out
+  assert "bf16 did not stay within the stated distance of float32 on this device for " \
+         "['path_star']" in printed and "0 job file(s)" in printed
+  assert not glob.glob(str(out / "path_star_g23.*.json"))
+  # a committed check of this device kind: not run again
+  res.mkdir(exist_ok=True)
+  wd.write_json(str(res / "dtype_check_gpu_x.json"),
+                {"path_star": {"ok": True, "ran_on": {"device_kind": "GPU X"}}})
+  assert dq.committed_dtype_checks(str(res), "GPU X") == {"path_star": True}
+  assert dq.committed_dtype_checks(str(res), "GPU Y") == {}
+  monkeypatch.undo()
+  assert dq.dtype_step(str(out), ["path_star"], kind="GPU X", results_dir=str(res)) == {
+      "path_star": True}
+  assert "is committed: not run again" in capsys.readouterr().out
+
+
+def test_the_bf16_check_holds_both_distances(monkeypatch):
+  """`dtype_check.check`: ok when every training loss is within t 2^-8 relative and every
+  evaluation mean within 2 SE + 1/n, and bf16 moved something; not ok past either bound."""
+  from tools.device_queue import dtype_check
+
+  def finals(shift):
+    return {s: {"seed": s, "step": 8, "test_em_all": 0.5 + 0.1 * s + shift, "test_n_all": 100}
+            for s in dtype_check.TRAIN_SEEDS}
+
+  def rows(loss):
+    return {(s, 8): {"loss": loss, "ce": 2.0, "loss_rest": None} for s in dtype_check.TRAIN_SEEDS}
+
+  def fake(train16, shift):
+    return lambda task, root: {"float32": (rows(2.0), finals(0.0)),
+                               "bfloat16": (rows(train16), finals(shift))}
+
+  for train16, shift, ok in ((2.0 * (1 + 4 * 2 ** -8), 0.01, True),   # half the bound, 1 example
+                             (2.0 * (1 + 9 * 2 ** -8), 0.0, False),   # past t 2^-8 at t = 8
+                             (2.0 * (1 + 2 ** -8), 0.3, False),       # means 0.3 apart
+                             (2.0, 0.0, False)):                      # bf16 changed nothing
+    monkeypatch.setattr(dtype_check, "train_both", fake(train16, shift))
+    r = dtype_check.check("path_star")
+    assert r["ok"] is ok, (train16, shift, r)
+  assert r["train_values"] == 6 and r["eval_metrics"] == 1

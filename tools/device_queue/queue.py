@@ -251,7 +251,8 @@ def run(budget_s, out, size="paper", jobs=None, results_dir=OUT, max_seeds=None,
   (`plan_call`, `tools/device_queue/sizing.py`: verify's committed sessions of this kind and
   `verify`, the session's own), the prediction kept in the file beside the timeline; without
   rates for this kind, every missing seed (`max_seeds` per arm at most) if the job's collected
-  seeds on this kind took no more than the time left per model (`measured_seed_s`).
+  seeds on this kind took no more than the time left per model (`measured_seed_s`), and at
+  paper size nothing where neither says anything of this kind.
   """
   import jax
   kind = jax.devices()[0].device_kind
@@ -276,6 +277,11 @@ def run(budget_s, out, size="paper", jobs=None, results_dir=OUT, max_seeds=None,
       return written
     per_model = measured_seed_s(doc, kind)
     n = sum(len(v) for v in pick.values())
+    if pred is None and per_model is None and size == "paper":
+      print(f"device_queue: {job['name']}: no measured rate of {kind} (verify's throughput "
+            f"part, a session without --preflight, measures it) and no collected seed of it "
+            f"there: not started blind; stopping", file=sys.stderr)
+      return written
     if pred is None and per_model is not None and per_model * n > left:
       print(f"device_queue: {left:.0f} s left; {n} model(s) of {job['name']} need "
             f"{per_model * n:.0f} s as the job's collected seeds took on {kind}: stopping",

@@ -93,6 +93,9 @@ def test_without_rates_a_call_is_held_to_what_the_collected_seeds_took(tmp_path,
   assert dq.run(600, str(tmp_path / "out"), "test", ["copy_lc1"], str(res)) == []
   err = capsys.readouterr().err
   assert "as the job's collected seeds took on cpu: stopping" in err
+  # at paper size, with neither rates nor collected seeds of this kind: not started blind
+  assert dq.run(600, str(tmp_path / "out"), "paper", ["path_star_g23"], str(res)) == []
+  assert "no measured rate of cpu" in capsys.readouterr().err
 
 
 def _run_and_collect(tmp):

@@ -24,8 +24,7 @@ layers as the paper's HMM models (el_jax.core.models.lstm; model.embed_dim is th
 model.num_layers the layers, the attention fields unused). On --hmm=sharp of
 experiments/mlm_flatness/ the encoder at GPT-2's initialisation (model.init_std=0.02) stays
 on the block plateau where the bilstm leaves it; with model.init_std=0.1 it leaves it as well,
-its early blocks reading the masked word's two neighbours (docs/results/seed002_flatness.md,
-issue 34).
+its early blocks reading the masked word's two neighbours (docs/results/seed002_flatness.md).
 
 Adversarial pretraining (Table 1's protocol, which the paper runs on its PCFG; el_jax.core.adversarial):
 --config.adversarial.enabled=True adds the meta-learning term on task-10;
@@ -57,7 +56,7 @@ def get_config(arg="cpu"):
   c.data.length = 16  # tokens per sentence (the paper's; data.max_len_tokens >= data.length)
   # In-block weights, 0 = Uniform(0, 1) (the default draw), a > 0 = Dirichlet(a) rows. On the
   # default draw the context beyond the block is worth ~0.006 nats of MLM loss and task-10's
-  # Bayes accuracy is ~10% (issue 34); --hmm=contextual of experiments/mlm_flatness/ is 4
+  # Bayes accuracy is ~10%; --hmm=contextual of experiments/mlm_flatness/ is 4
   # blocks, 0.1 and 0.4.
   c.data.trans_concentration = 0.0  # transition rows: Dirichlet(a) in the block (0 = Uniform)
   c.data.emit_concentration = 0.0  # emission rows: Dirichlet(a) in the block (0 = Uniform)

@@ -1,4 +1,4 @@
-r"""Pretraining a small GPT-2 on the offline texts (issue 13: the model label copy fine-tunes).
+r"""Pretraining a small GPT-2 on the offline texts (the model label copy fine-tunes).
 
 Run (CPU) and export it in the Hugging Face layout that `model.pretrained` reads:
 

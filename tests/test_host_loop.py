@@ -1,4 +1,4 @@
-"""What the host does per training step (issue 33 item 3): the epoch's permutation is built
+"""What the host does per training step: the epoch's permutation is built
 once and reused by its steps, and a step's metrics are copied to the host only when logged,
 checkpointed or last, so the device can run ahead of Python."""
 import types

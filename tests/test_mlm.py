@@ -115,8 +115,8 @@ def test_encoder_learns_to_read_the_masked_tokens_neighbour(preset):
   one masked position (uniform random words, so nothing else predicts it; chance ln 50 = 3.9
   nats). Trained with AdamW as the MLM task trains it, it gets there in a few hundred steps
   (at most 400; training stops at a batch loss below 0.05, then a fresh batch is scored),
-  so an MLM model that stays at its language's block level (docs/results/seed002_flatness.md,
-  issue 34) is on an optimisation plateau, not blind to positions. Also after shuffling the
+  so an MLM model that stays at its language's block level (docs/results/seed002_flatness.md)
+  is on an optimisation plateau, not blind to positions. Also after shuffling the
   other words the same model is wrong: it reads the neighbour, not a bag of words."""
   import optax
   v, t, b = 50, 16, 64
@@ -385,7 +385,7 @@ def test_config_errors_name_the_field(case, tmp_path):
 
 
 def test_hmm_concentrations_default_to_the_uniform_draw_everywhere():
-  """data.trans_concentration / emit_concentration = 0 (issue 34) is the draw every run before
+  """data.trans_concentration / emit_concentration = 0 is the draw every run before
   them used: same language, same corpus cache key, and configs written without the fields
   compare equal (inert); a nonzero value is a different HMM, key and config."""
   from el_jax.run import config as config_lib
@@ -411,7 +411,7 @@ def test_hmm_concentrations_default_to_the_uniform_draw_everywhere():
 
 
 def test_init_std_reaches_the_model_and_the_default_is_inert():
-  """`model.init_std` (issue 34: the sharp HMM's block plateau) sets the std of the encoder's
+  """`model.init_std` (the sharp HMM's block plateau) sets the std of the encoder's
   normal initialisations; 0.02 (every committed run's) is inert against configs written before
   the field, any other value is a different run."""
   from el_jax.run import config as config_lib

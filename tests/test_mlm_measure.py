@@ -64,7 +64,7 @@ def test_sanity_rows_and_two_pretrained_models_give_different_per_seed_results(t
   """Two independently pre-trained small models (hmm_mlm:test on a contextual HMM, seeds 0 and
   1) give different per-seed probe results, and each differs from its random init; the sanity
   rows are the downstream module's numbers on the same splits; the probe's choice of
-  normalisation and learning rate is recorded with the feature rank (issue 34)."""
+  normalisation and learning rate is recorded with the feature rank."""
   from el_jax.core.data import downstream
   monkeypatch.setenv("EL_JAX_CACHE", str(tmp_path / "cache"))
   cfg = config_lib.get_config("hmm_mlm", "test", {"seeds": (0, 1), "data.trans_concentration": 0.1,
@@ -98,7 +98,7 @@ def test_sanity_rows_and_two_pretrained_models_give_different_per_seed_results(t
 
 
 def test_the_probe_sees_a_model_that_learned_the_hidden_states(tmp_path, monkeypatch):
-  """Issue 34's check that the probe can tell a trained model from its random init, on small
+  """The check that the probe can tell a trained model from its random init, on small
   models: the paper's HMM architecture (`model.preset=bilstm`, hmm_mlm:test sizes) pre-trained
   300 steps on a sharp HMM (Dirichlet(0.1) rows: the context pays, task-6 Bayes ~0.95 against
   ~0.42 for the block alone) probes above its own random init in each of two model seeds, by
@@ -156,8 +156,8 @@ def test_probe_cache_returns_the_stored_result_for_the_same_inputs_only(tmp_path
 
 def test_pcfg_sanity_rows_hold_the_words_alone(tmp_path, monkeypatch):
   """PCFG tasks get a "words" sanity row: the same probe on the one-hot words
-  (`downstream.word_features`, T x V features), what a random init keeps by keeping the words
-  (issue 34); HMM tasks have the block rows instead."""
+  (`downstream.word_features`, T x V features), what a random init keeps by keeping the words;
+  HMM tasks have the block rows instead."""
   from el_jax.core.data import downstream
   monkeypatch.setenv("EL_JAX_CACHE", str(tmp_path / "cache"))
   cfg = config_lib.get_config("pcfg_mlm", "test", {"seeds": (0,)})

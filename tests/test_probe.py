@@ -363,7 +363,7 @@ def test_downstream_cache_roundtrip_and_damage(hmm, tmp_path, capsys):
 
 
 # ----------------------------------------------------------------------------
-# Sanity rows: the Bayes classifier, the majority class (issue 34)
+# Sanity rows: the Bayes classifier, the majority class
 
 
 def _brute_force_posteriors(h, tokens):
@@ -461,8 +461,8 @@ def test_linear_probe_selected_chooses_on_valid_only():
 
 def test_whitening_makes_the_probe_blind_to_how_the_features_are_scaled():
   """Whitened, features and any invertible linear map of them give the same probe (up to
-  rounding); the map here buries the classes under one huge direction, as issue 34's trained
-  HMM models did, and the standardised probe loses them while the whitened one does not."""
+  rounding); the map here buries the classes under one huge direction, as trained models of
+  the default HMM do, and the standardised probe loses them while the whitened one does not."""
   rng = np.random.default_rng(2)
   means = 2.0 * rng.normal(size=(4, 12))
   sets = [_blobs(rng, n, means, 1.0) for n in (400, 200, 200)]
@@ -490,7 +490,7 @@ def test_whitening_makes_the_probe_blind_to_how_the_features_are_scaled():
 def test_block_majority_and_the_value_of_the_context():
   """block_majority_accuracy: the most frequent training label of the sentence's block;
   hmm_context_value: ~0 when the states of a block emit alike (knowing the block is all the
-  MLM objective needs, as on the default HMM of issue 34), large when they do not."""
+  MLM objective needs, as on the default HMM), large when they do not."""
   peaked = hmm_lib.HMM.random_block_diagonal(8, 12, 2, seed=4, trans_concentration=0.1,
                                              emit_concentration=0.2)
   comp, words = downstream.hmm_blocks(peaked)
@@ -515,7 +515,7 @@ def test_block_majority_and_the_value_of_the_context():
 
 
 def test_identical_per_seed_probe_results_mean_the_features_carry_the_same_information():
-  """Issue 34's symptom, reproduced: two different representations that both encode only the
+  """The blind-probe symptom, reproduced: two different representations that both encode only the
   block of a sentence (here a one-hot block code, scaled and rotated differently, as two
   collapsed models' features were) give the same test accuracy per probe seed on a task-k
   whose answer needs more than the block; features that carry the words do better, and two
@@ -549,7 +549,7 @@ def test_identical_per_seed_probe_results_mean_the_features_carry_the_same_infor
 
 
 def test_encode_reads_each_layer_of_the_residual_stream():
-  """`probe.encode(layer=k)` (experiments/probe_layers/, issue 34): k = 0 is the embeddings
+  """`probe.encode(layer=k)` (experiments/probe_layers/): k = 0 is the embeddings
   plus the learned positions (NumPy from the tables), the last state through the final
   LayerNorm (NumPy) is `features`, each layer masked and flattened as the final features are;
   a layer out of range, or an LSTM, is refused with what is allowed."""
@@ -585,7 +585,7 @@ def test_encode_reads_each_layer_of_the_residual_stream():
 
 
 def test_attention_probs_equal_numpy_and_average_the_values():
-  """`decoder.attention_probs` (experiments/attention_reach/, issue 34): each block's weights
+  """`decoder.attention_probs` (experiments/attention_reach/): each block's weights
   are softmax(q k^T / sqrt(K)) over the keys of the query's own sentence, from the block's
   LayerNorm and QKV (NumPy, float64), and the block's attention output is the value average
   with those weights through the output projection; an LSTM is refused."""

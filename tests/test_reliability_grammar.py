@@ -1,4 +1,4 @@
-"""Bad PCFG grammar files (issue 25, item 6): one clear ValueError naming the file and the
+"""Bad PCFG grammar files: one clear ValueError naming the file and the
 symbols, found when the grammar is read, and one `error: ...` line from the CLI.
 
 Unproductive start symbol, useless nonterminals (reachable, no finite derivation), dead

@@ -1,4 +1,4 @@
-"""Hugging Face GPT-2 checkpoints as transformers writes them (issue 25, item 7).
+"""Hugging Face GPT-2 checkpoints as transformers writes them.
 
 Config keys under GPT2Config's alias names (hidden_size, num_attention_heads, ...),
 conflicting names, options the decoder does not implement, float16 / bfloat16 / float8

@@ -231,7 +231,7 @@ COMPILE_DELAYS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5)
 def test_sigint_while_xla_compiles_never_crashes_after_the_message(tmp_path):
   """Ctrl-C while the first XLA program compiles, 6 times at different points of the
   compile: every time exit status 130, the message as the last line and nothing after it,
-  the lock released (issue 35: a user's Ctrl-C 3 s into `el_jax.main` on the test config).
+  the lock released (a user's Ctrl-C 3 s into `el_jax.main` on the test config).
 
   Before the fix, Python's teardown destroyed JAX's CPU client while the abandoned compile
   was still running in its thread pool, and the compile, finishing, read a destroyed device:

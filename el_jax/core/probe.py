@@ -31,7 +31,7 @@ not to change the results). Our choices:
     to a static shape, so every example is seen exactly once per epoch).
   * normalisation: `whiten=True` PCA-whitens the features instead (the train split's
     covariance, eigenvalues below 1e-10 of the largest dropped; `whitening`), so the probe
-    sees every linear function of the features at one scale. Issue 34's trained HMM models
+    sees every linear function of the features at one scale. Trained models of the default HMM
     put all but ~1e-9 of their features' variance on their blocks' directions; standardised,
     the probe read only the block. `linear_probe_selected` chooses the normalisation,
     learning rate and weight decay on valid from a grid (`parse_grid`), per model.
@@ -358,7 +358,7 @@ def whitening(x_train, rel_tol=WHITEN_REL_TOL):
   covariance eigenvalue is above `rel_tol` times the largest (the others are dropped:
   constant features, or rounding noise of float32 features). A linear probe on whitened
   features sees every linear function of the features at the same scale, so it does not
-  depend on how the model happens to scale its directions: issue 34's trained HMM models
+  depend on how the model happens to scale its directions: trained models of the default HMM
   put all but ~1e-9 of their features' variance into the directions of the HMM's blocks, and
   a probe on standardised features saw only the block.
   """
@@ -458,7 +458,7 @@ def linear_probe(x_train, y_train, x_valid, y_valid, x_test, y_test, num_classes
 def feature_rank(x, rel_tol=1e-6, max_rows=2000):
   """Numerical rank of features [N, F]: the eigenvalues of the covariance of (at most the
   first `max_rows` rows of) the centred features above `rel_tol` times the largest, in
-  float64. A collapsed representation shows here: the uniform-HMM models of issue 34 had
+  float64. A collapsed representation shows here: trained models of the uniform HMM had
   rank 4 (their 5 blocks) out of 2,048 features, at float32 precision."""
   x = np.asarray(x, np.float64)[:max_rows]
   x = x - x.mean(0)

@@ -1,4 +1,4 @@
-"""glibc malloc settings that let XLA's CPU steps reuse their temporary buffer (issue 35).
+"""glibc malloc settings that let XLA's CPU steps reuse their temporary buffer.
 
 XLA's CPU runtime allocates each execution's temporaries as one block (`posix_memalign`,
 129 MB for the bench_vs_torch train step with scored positions, 152 MB at all positions)

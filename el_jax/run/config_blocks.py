@@ -175,7 +175,7 @@ def mlm(arg, language, *, num_layers, num_heads, embed_dim, mlp_dim):
   c.model.dtype = "float32"  # compute dtype: "float32" | "bfloat16"
   # std of the transformer's normal initialisation (GPT-2's 0.02, every committed result's). On
   # the sharp HMM 0.02 holds the cpu encoder on the block plateau and 0.1 takes it off
-  # (docs/results/seed002_flatness.md, issue 34); the bilstm has its own (must stay 0.02).
+  # (docs/results/seed002_flatness.md); the bilstm has its own (must stay 0.02).
   c.model.init_std = 0.02  # std of the transformer's normal initialisation (see above)
 
   c.loss = loss()

@@ -10,7 +10,7 @@ experiments/adversarial_pretraining.py (Tables 1 and 2):
 * linear-probe accuracy on the downstream tasks (`el_jax.core.probe.linear_probe_selected`: the
   feature normalisation, learning rate and weight decay chosen on the valid split per model,
   from `probe_normalizations` x `probe_lrs` x `probe_weight_decays`);
-* the sanity rows of every probe / fine-tuning table (`Measurer.sanity`, issue 34), measured on
+* the sanity rows of every probe / fine-tuning table (`Measurer.sanity`), measured on
   the same splits with the same protocol: the majority class, the Bayes classifier (HMM: the
   forward-backward posterior of the hidden state; PCFG: the label is the inside algorithm's
   argmax, so 1), the paper's lookup table (the exact conditionals as features) and a randomly
@@ -238,7 +238,7 @@ class Measurer:
 
   def sanity(self, model_seeds=(0,), fine_tune=False, language_rows=True, lookup=True):
     """The sanity rows of every task, on the same splits and with the same protocol as
-    `probes` / `fine_tunes` (issue 34): {task: {"num_test", "majority" (accuracy of the most
+    `probes` / `fine_tunes`: {task: {"num_test", "majority" (accuracy of the most
     frequent training label), "bayes" (`downstream.bayes_accuracy`), for HMM tasks
     "block_majority" and "context_value" (`downstream.block_majority_accuracy`,
     `downstream.hmm_context_value`), for PCFG tasks "words" (the probe on the one-hot words,
@@ -317,8 +317,8 @@ def eval_row(workdir, seed, step, keys=EVAL_KEYS):
 
 # --hmm: the HMM's data overrides (configs/hmm_mlm.py). "uniform" is the default draw (Uniform(0,
 # 1) in-block weights, 5 blocks), on which the hidden state is barely identifiable: the context
-# beyond the block is worth ~0.001 nats of MLM loss and task-10's Bayes accuracy is ~10% (issue
-# 34), so no probe can tell models apart. "contextual": 4 blocks, Dirichlet(0.1) transition and
+# beyond the block is worth ~0.001 nats of MLM loss and task-10's Bayes accuracy is ~10%, so no
+# probe can tell models apart. "contextual": 4 blocks, Dirichlet(0.1) transition and
 # Dirichlet(0.4) emission rows: optimal loss ~3.77 (the paper's 3.758), context worth ~0.08
 # nats, task-10 Bayes ~46% against 26% from the word at that position alone. "sharp": the
 # same with Dirichlet(0.1) emission rows too: optimal loss ~3.1, context worth ~0.6 nats,

@@ -7,13 +7,13 @@ On the copy-task model of the config and one training batch (and
 Hutchinson probe, a probe in a batch of each `--probes` count (the library's
 default path: forward-over-forward v^T H v, `hvp_ops.quadratic_form`), a probe
 in a batch with the per-layer split (`per_layer=True`: an HVP per probe over
-one `jax.linearize`, the default path before issue 14), one Fisher draw
+one `jax.linearize`, the former default path), one Fisher draw
 (single-gradient estimator: a forward, label sampling and a backward) and one
 per-example Fisher draw. Every function is compiled ahead of time with params
 and batch as arguments; XLA's `cost_analysis()` of the same executable gives
 its FLOPs, printed per probe (or draw) over the gradient's. Rounds are
 interleaved so background load hits every function alike; each time ratio is
-the median over rounds of the per-round ratio. Targets (issue 14): a probe in
+the median over rounds of the per-round ratio. Targets: a probe in
 a batch <= 1.5x a gradient at 64 x 55 tokens, a Fisher draw <= 1.3x. The last
 line is `flatness_bench {json}`.
 
@@ -26,7 +26,7 @@ average of 2-10 from other jobs; ratios move by about +-15% between runs):
 | one probe, v^T H v                                      | 1.51x           | 1.71x            |
 | probe in a batch of 8 (the default)                     | **1.24x**       | 1.41x            |
 | probe in a batch of 32                                  | 1.22x           | 1.38x            |
-| probe in 8, per-layer HVP (the default before issue 14) | 1.88x           | 2.09x            |
+| probe in 8, per-layer HVP (the former default)          | 1.88x           | 2.09x            |
 | one Fisher draw (single)                                | **1.08x**       | 1.00x            |
 | one Fisher draw (per-example)                           | 1.28x           | 1.01x            |
 

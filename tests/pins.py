@@ -27,9 +27,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # CPUs. Under another line (requirements-py312.txt: jax 0.12) XLA:CPU fuses and orders the
 # same programs differently, and a float32 number trained for a few steps moves in its
 # last digits: there a pinned float holds to OTHER_LINE_RTOL of itself, or to
-# OTHER_LINE_SPREAD of its row's spread over model seeds (the standard deviation of the
-# pinned per-seed values of the same row and metric, the variation every comparison of
-# these rows is measured against), whichever is larger. Integers (steps, counts, seeds)
+# OTHER_LINE_SPREAD of the spread of what it pins (the standard deviation of the pinned
+# per-seed values of the same row and metric, or of a pinned list of repetitions or probe
+# seeds: the variation every comparison of these numbers is measured against), whichever is
+# larger. Integers (steps, counts, seeds)
 # hold exactly on both lines. EL_JAX_PIN_DRIFT=<file> appends every pinned float's
 # relative difference to that file (JSON lines: how far each moved).
 RTOL = 1e-6
@@ -50,7 +51,9 @@ def on_pinned_line():
 def close(got, want, what="", spread=0.0):
   """Whether a pinned number holds (above); `what` names it in the drift record, `spread`
   is the standard deviation over model seeds of its row's metric (0 where it has none)."""
-  if isinstance(want, (list, tuple)):
+  if isinstance(want, (list, tuple)):  # repetitions, probe seeds: their own spread if none given
+    if not spread and len(want) > 1 and all(isinstance(w, float) for w in want):
+      spread = float(np.std(want, ddof=1))
     return len(got) == len(want) and all(close(g, w, what, spread) for g, w in zip(got, want))
   if not isinstance(want, float) or isinstance(got, bool) or got is None:
     return got == want
@@ -79,10 +82,23 @@ def _per_seed(rows):
           for r in rows}
 
 
+def line_path(path):
+  """The pins file of this JAX line: `path`, or under another line its own pins beside it
+  (`<name>.jax-<major.minor>.json`) where there are any: for the rows that no tolerance
+  derived from their spread holds across lines (the adversarial model's min-max training
+  takes another trajectory: docs/testing.md, "Two lines of JAX")."""
+  if on_pinned_line():
+    return path
+  minor = ".".join(importlib.metadata.version("jax").split(".")[:2])
+  own = f"{os.path.splitext(path)[0]}.jax-{minor}.json"
+  return own if os.path.exists(own) or os.environ.get("EL_JAX_WRITE_PINS") == "1" else path
+
+
 def check(script, rows, path=PATH):
   """The per-seed values of `rows` (grid rows) equal the pins of `script` in `path` (an
   experiment folder keeps its own: experiments/<name>/pins.json)."""
   got = _per_seed(rows)
+  path = line_path(path)
   if os.environ.get("EL_JAX_WRITE_PINS") == "1":
     pins = _load(path)
     pins[script] = got

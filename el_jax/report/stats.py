@@ -20,6 +20,7 @@
   mean, the first listed on a tie).
 * `format_mean_range(stats)`: "0.473 (0.360, 0.576)".
 """
+import itertools
 import math
 
 import numpy as np
@@ -97,10 +98,17 @@ def permutation_test(a, b, max_exact=200_000, num_samples=100_000, seed=0, scipy
     raise ValueError(f"permutation_test needs values in both groups (got {a.size}, {b.size})")
   splits = math.comb(a.size + b.size, a.size)
   exact = splits <= max_exact or splits <= num_samples  # (SciPy enumerates them all then)
-  res = scipy.stats.permutation_test(
-      (a, b), _mean_diff, permutation_type="independent", vectorized=True,
-      n_resamples=np.inf if exact else num_samples, alternative="two-sided", rng=seed)
-  p = _extreme_fraction(res.null_distribution, abs(a.mean() - b.mean()), exact)
+  if min(a.size, b.size) < 2:  # SciPy permutes only samples of two or more: every split here
+    pooled = np.concatenate([a, b])
+    idx = np.array(list(itertools.combinations(range(pooled.size), a.size)), np.int64)
+    sa = pooled[idx].sum(axis=1)
+    null, res, exact = sa / a.size - (pooled.sum() - sa) / b.size, None, True
+  else:
+    res = scipy.stats.permutation_test(
+        (a, b), _mean_diff, permutation_type="independent", vectorized=True,
+        n_resamples=np.inf if exact else num_samples, alternative="two-sided", rng=seed)
+    null = res.null_distribution
+  p = _extreme_fraction(null, abs(a.mean() - b.mean()), exact)
   return (p, res) if scipy_result else p
 
 
@@ -164,10 +172,14 @@ def sign_flip_test(diffs, max_exact=1 << 20, num_samples=100_000, seed=0, scipy_
   if not np.all(np.isfinite(d)):
     raise ValueError(f"sign_flip_test needs finite differences; got {d.tolist()}")
   exact = 2 ** d.size <= max(max_exact, num_samples)  # (SciPy enumerates them all then)
-  res = scipy.stats.permutation_test(
-      (d,), _mean, permutation_type="samples", vectorized=True,
-      n_resamples=np.inf if exact else num_samples, alternative="two-sided", rng=seed)
-  p = _extreme_fraction(res.null_distribution, abs(d.mean()), exact)
+  if d.size < 2:  # SciPy permutes only samples of two or more: one pair flips to +-d
+    null, res, exact = np.array([d[0], -d[0]]), None, True
+  else:
+    res = scipy.stats.permutation_test(
+        (d,), _mean, permutation_type="samples", vectorized=True,
+        n_resamples=np.inf if exact else num_samples, alternative="two-sided", rng=seed)
+    null = res.null_distribution
+  p = _extreme_fraction(null, abs(d.mean()), exact)
   return (p, res) if scipy_result else p
 
 

@@ -39,6 +39,15 @@ from el_jax.core import step  # noqa: E402  (after the settings above)
 _ALL_DEVICES = step.default_num_devices
 
 
+def pytest_report_header(config):
+  """The JAX line the suite runs under, and the suite's XLA flags this XLA does not know
+  (left out: `reliability.known_xla_flags`)."""
+  line = f"jax {jax.__version__}, jaxlib {jax.lib.__version__}, Python {sys.version.split()[0]}"
+  if reliability.DROPPED_XLA_FLAGS:
+    line += f"; XLA flags left out (unknown to this XLA): {' '.join(reliability.DROPPED_XLA_FLAGS)}"
+  return line
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _one_default_device():
   """`num_devices=0` (every config's default, and the device count `runner.fit_devices` fits

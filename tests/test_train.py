@@ -185,6 +185,26 @@ def test_one_vs_eight_devices(one_device, runs):
   assert int(state8["step"]) == int(one_device.state["step"]) == 2 * K
 
 
+def test_a_compile_option_this_xla_does_not_know_is_left_out(monkeypatch, capfd):
+  """A CPU_DOTS option the running XLA does not know (`jax.jit` would fail on it) is left out
+  of the options a run compiles with, with one line on stderr once per process; a known one
+  is kept; the run trains with what is left."""
+  monkeypatch.setattr(step_lib, "_KNOWN_OPTIONS", {})
+  monkeypatch.setitem(step_lib.CPU_DOTS, "odd", {"xla_el_jax_no_such_option": True,
+                                                 "xla_cpu_use_xnnpack": False})
+  capfd.readouterr()
+  for _ in range(2):
+    assert step_lib.known_options(step_lib.CPU_DOTS["odd"]) == {"xla_cpu_use_xnnpack": False}
+  err = capfd.readouterr().err
+  assert err.count("\n") == 1 and "has no compile option xla_el_jax_no_such_option" in err, err
+  setup = setup_lib.Setup(_config(num_devices=1, **{"train.cpu_dots": "odd"}))
+  trainer = setup_lib.Trainer(setup)
+  assert trainer.compiler_options == {"xla_cpu_use_xnnpack": False}
+  state = trainer.init(0)
+  state, m = trainer.step(state, trainer.put_batch(setup.batch(0, 0)))
+  assert np.isfinite(float(jax.device_get(m["loss"])))
+
+
 def test_eigen_cpu_dots_train_like_xla_dots(one_device):
   """`train.cpu_dots="eigen"` (another matmul library, so other rounding) trains the `test`
   config to the same metrics and parameters within float tolerance, and really compiles

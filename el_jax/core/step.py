@@ -9,6 +9,7 @@ the batch sharded over the `data` axis of `make_mesh`. A task may supply another
 the same signature (`el_jax.core.tasks.base.Task.step_fn`; the MLM task's adversarial step).
 """
 import dataclasses
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -152,10 +153,39 @@ def cpu_dots(config, flags=None):
 
 
 def compiler_options(config):
-  """The `jax.jit` compiler options of `config.train.cpu_dots` ({} off the CPU backend)."""
+  """The `jax.jit` compiler options of `config.train.cpu_dots` ({} off the CPU backend), less
+  those the running XLA does not know (`known_options`)."""
   if jax.default_backend() != "cpu":
     return {}
-  return dict(CPU_DOTS[cpu_dots(config)])
+  return known_options(CPU_DOTS[cpu_dots(config)])
+
+
+# XLA's debug options come and go between jaxlib versions, and `jax.jit` fails on one its
+# XLA does not know ("No such compile option"). Each option of CPU_DOTS is checked once per
+# process against the running XLA (a one-op program compiled with it, a few ms); one it does
+# not know is left out, with one line on stderr, and the options a run used are what
+# `compiler_options` returns (`Trainer.compiler_options`; the bench JSON records them).
+_KNOWN_OPTIONS = {}  # option name -> whether this process's XLA knows it
+
+
+def known_options(options):
+  """`options` ({XLA debug option: value}) without those the running XLA does not know."""
+  out = {}
+  for name, value in options.items():
+    if name not in _KNOWN_OPTIONS:
+      try:
+        jax.jit(lambda x: x + 1).lower(jnp.zeros((), jnp.float32)).compile(
+            compiler_options={name: value})
+        _KNOWN_OPTIONS[name] = True
+      except Exception as e:  # noqa: BLE001 -- jax's runtime error; only this one is ours
+        if "No such compile option" not in str(e):
+          raise
+        _KNOWN_OPTIONS[name] = False
+        print(f"el_jax: the XLA of jaxlib {jax.lib.__version__} has no compile option "
+              f"{name}; left out", file=sys.stderr)
+    if _KNOWN_OPTIONS[name]:
+      out[name] = value
+  return out
 
 
 def ce_objectives(graphdef):

@@ -24,6 +24,7 @@ import itertools
 import math
 
 import numpy as np
+import scipy.stats
 
 
 def aggregate(per_seed):
@@ -44,41 +45,94 @@ def aggregate(per_seed):
   return out
 
 
-def permutation_test(a, b, max_exact=200_000, num_samples=100_000, seed=0):
+# Two computations are SciPy's: the permutation tests' splits (or sign vectors) and the
+# statistic over each (`scipy.stats.permutation_test`), and the bootstrap's resamples and the
+# statistic over each (`scipy.stats.bootstrap`: the same Generator, seeded with `seed`, drawn
+# in the same order as el_jax drew them). Two definitions stay el_jax's, where SciPy's own
+# p-value and interval differ from every committed number (docs/testing.md, "Statistics
+# through SciPy", says by how much on the committed comparisons):
+# * the p-value counts a split as extreme when |statistic| >= |observed| - TIE (absolute).
+#   SciPy's two-sided p doubles the smaller one-sided p and takes a split as tied with the
+#   observed one within 100 machine epsilons of it (relative); splits of discrete values
+#   (exact matches over k strings) that tie in exact arithmetic differ by more than that in
+#   floating point, and SciPy's p leaves them out: 5 committed p-values would fall (0.0952
+#   to 0.0794 for 5 vs 5 seeds; 0.896 to 0.8958 for 10 vs 10);
+# * the interval is the `np.quantile` of the bootstrap distribution at (1 -+ level) / 2.
+#   SciPy takes its percentiles at 100 alpha and 100 (1 - alpha), which round differently:
+#   its ends differ from these in the last bits (at most 4e-16 relative on the committed
+#   comparisons), which would move every committed interval recomputed exactly.
+TIE = 1e-12
+
+
+def _mean_diff(x, y, axis=-1):
+  return np.mean(x, axis=axis) - np.mean(y, axis=axis)
+
+
+def _mean(x, axis=-1):
+  return np.mean(x, axis=axis)
+
+
+def _extreme_fraction(null, observed, exact):
+  """el_jax's two-sided p over SciPy's null distribution (above): the fraction of the
+  statistics with |statistic| >= observed - TIE; sampled (not `exact`), the observed split
+  counts too, so p > 0."""
+  hits = int(np.sum(np.abs(np.asarray(null, np.float64)) >= observed - TIE))
+  if exact:
+    return float(hits / np.size(null))
+  return float((hits + 1) / (np.size(null) + 1))
+
+
+def permutation_test(a, b, max_exact=200_000, num_samples=100_000, seed=0, scipy_result=False):
   """Two-sided permutation test of mean(a) = mean(b); returns the p-value.
 
   Exact (every split of the pooled values into groups of len(a) and len(b))
-  when there are at most `max_exact` splits, else `num_samples` random splits
+  when there are at most `max_exact` (or `num_samples`) splits, else `num_samples` random splits
   (fixed `seed`; the observed split is counted, so p > 0). A split counts as
-  extreme when |mean difference| >= the observed one (with a 1e-12 tolerance).
+  extreme when |mean difference| >= the observed one (with a 1e-12 tolerance, `TIE`).
+  The splits and their differences are `scipy.stats.permutation_test`'s ("independent");
+  the count is el_jax's (above: SciPy's own p misses ties). `scipy_result`: returns
+  (p, SciPy's PermutationTestResult) instead.
   """
   a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
   if a.size < 1 or b.size < 1:
     raise ValueError(f"permutation_test needs values in both groups (got {a.size}, {b.size})")
-  pooled = np.concatenate([a, b])
-  n, total = a.size, pooled.sum()
-  obs = abs(a.mean() - b.mean())
-  m = b.size
-  count_splits = math.comb(n + m, n)
-  if count_splits <= max_exact:
-    idx = np.array(list(itertools.combinations(range(n + m), n)), dtype=np.int64)
+  splits = math.comb(a.size + b.size, a.size)
+  exact = splits <= max_exact or splits <= num_samples  # (SciPy enumerates them all then)
+  if min(a.size, b.size) < 2:  # SciPy permutes only samples of two or more: every split here
+    pooled = np.concatenate([a, b])
+    idx = np.array(list(itertools.combinations(range(pooled.size), a.size)), np.int64)
     sa = pooled[idx].sum(axis=1)
-    diffs = np.abs(sa / n - (total - sa) / m)
-    return float(np.mean(diffs >= obs - 1e-12))
-  rng = np.random.default_rng(seed)
-  perm = np.argsort(rng.random((num_samples, n + m)), axis=1)[:, :n]
-  sa = pooled[perm].sum(axis=1)
-  diffs = np.abs(sa / n - (total - sa) / m)
-  return float((np.sum(diffs >= obs - 1e-12) + 1) / (num_samples + 1))
+    null, res, exact = sa / a.size - (pooled.sum() - sa) / b.size, None, True
+  else:
+    res = scipy.stats.permutation_test(
+        (a, b), _mean_diff, permutation_type="independent", vectorized=True,
+        n_resamples=np.inf if exact else num_samples, alternative="two-sided", rng=seed)
+    null = res.null_distribution
+  p = _extreme_fraction(null, abs(a.mean() - b.mean()), exact)
+  return (p, res) if scipy_result else p
 
 
-def bootstrap_ci(a, b, level=0.95, num_samples=20_000, seed=0):
-  """Percentile bootstrap interval of mean(a) - mean(b), resampling each group's seeds."""
+def bootstrap_ci(a, b, level=0.95, num_samples=20_000, seed=0, scipy_result=False):
+  """Percentile bootstrap interval of mean(a) - mean(b), resampling each group's seeds:
+  `scipy.stats.bootstrap`'s resamples (rng=`seed`), el_jax's quantiles (above).
+  `scipy_result`: returns ((lo, hi), SciPy's BootstrapResult) instead."""
   a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-  rng = np.random.default_rng(seed)
-  da = a[rng.integers(0, a.size, (num_samples, a.size))].mean(axis=1)
-  db = b[rng.integers(0, b.size, (num_samples, b.size))].mean(axis=1)
-  lo, hi = np.quantile(da - db, [(1 - level) / 2, (1 + level) / 2])
+  if min(a.size, b.size) < 2:  # SciPy resamples only samples of two or more
+    rng = np.random.default_rng(seed)
+    dist = (a[rng.integers(0, a.size, (num_samples, a.size))].mean(axis=1)
+            - b[rng.integers(0, b.size, (num_samples, b.size))].mean(axis=1))
+    res = None
+  else:
+    res = scipy.stats.bootstrap((a, b), _mean_diff, vectorized=True, paired=False,
+                                n_resamples=num_samples, confidence_level=level,
+                                method="percentile", rng=seed)
+    dist = res.bootstrap_distribution
+  ci = _quantiles(dist, level)
+  return (ci, res) if scipy_result else ci
+
+
+def _quantiles(dist, level):
+  lo, hi = np.quantile(dist, [(1 - level) / 2, (1 + level) / 2])
   return float(lo), float(hi)
 
 
@@ -98,41 +152,50 @@ MIN_CI_N = 4  # a bootstrap interval over 3 or fewer values resamples 10 or fewe
 TREND_MIN_POINTS = 3  # trend_slope: a line through 2 points has no residual to test against
 
 
-def sign_flip_test(diffs, max_exact=1 << 20, num_samples=100_000, seed=0):
+def sign_flip_test(diffs, max_exact=1 << 20, num_samples=100_000, seed=0, scipy_result=False):
   """Two-sided paired sign-flip permutation test of mean(diffs) = 0; returns the p-value.
 
   Under the null each pair's difference is as likely to have either sign, so the reference
   distribution is that of |mean(s * diffs)| over every sign vector s in {-1, +1}^n: exact
-  (all 2^n of them) when 2^n <= `max_exact`, else `num_samples` random ones (fixed `seed`;
+  (all 2^n of them) when 2^n <= `max_exact` (or `num_samples`), else `num_samples` random
+  ones (fixed `seed`;
   the observed signs are counted, so p > 0). Extreme: |mean| >= the observed one (1e-12
   tolerance, as `permutation_test`). With n pairs the smallest possible p is 2 / 2^n
   (`p_floor("paired", n)`): 0.25 for 3 pairs. Pairs with a zero difference count in n (they
-  flip to themselves), so n is the number of pairs given.
+  flip to themselves), so n is the number of pairs given. The sign vectors and their means
+  are `scipy.stats.permutation_test`'s ("samples" on one sample flips signs); the count is
+  el_jax's (above). `scipy_result`: returns (p, SciPy's PermutationTestResult) instead.
   """
   d = np.asarray(diffs, np.float64).ravel()
   if d.size < 1:
     raise ValueError("sign_flip_test needs at least one pair")
   if not np.all(np.isfinite(d)):
     raise ValueError(f"sign_flip_test needs finite differences; got {d.tolist()}")
-  n = d.size
-  obs = abs(d.mean())
-  if 2 ** n <= max_exact:
-    signs = 1 - 2 * ((np.arange(2 ** n)[:, None] >> np.arange(n)) & 1)  # every sign vector
-    means = np.abs((signs * d).mean(axis=1))
-    return float(np.mean(means >= obs - 1e-12))
-  rng = np.random.default_rng(seed)
-  signs = rng.choice(np.array([-1.0, 1.0]), size=(num_samples, n))
-  means = np.abs((signs * d).mean(axis=1))
-  return float((np.sum(means >= obs - 1e-12) + 1) / (num_samples + 1))
+  exact = 2 ** d.size <= max(max_exact, num_samples)  # (SciPy enumerates them all then)
+  if d.size < 2:  # SciPy permutes only samples of two or more: one pair flips to +-d
+    null, res, exact = np.array([d[0], -d[0]]), None, True
+  else:
+    res = scipy.stats.permutation_test(
+        (d,), _mean, permutation_type="samples", vectorized=True,
+        n_resamples=np.inf if exact else num_samples, alternative="two-sided", rng=seed)
+    null = res.null_distribution
+  p = _extreme_fraction(null, abs(d.mean()), exact)
+  return (p, res) if scipy_result else p
 
 
-def bootstrap_ci_paired(diffs, level=0.95, num_samples=20_000, seed=0):
-  """Percentile bootstrap interval of mean(diffs), resampling the pairs."""
+def bootstrap_ci_paired(diffs, level=0.95, num_samples=20_000, seed=0, scipy_result=False):
+  """Percentile bootstrap interval of mean(diffs), resampling the pairs: SciPy's resamples,
+  el_jax's quantiles (as `bootstrap_ci`)."""
   d = np.asarray(diffs, np.float64)
-  rng = np.random.default_rng(seed)
-  m = d[rng.integers(0, d.size, (num_samples, d.size))].mean(axis=1)
-  lo, hi = np.quantile(m, [(1 - level) / 2, (1 + level) / 2])
-  return float(lo), float(hi)
+  if d.size < 2:  # SciPy resamples only samples of two or more
+    rng = np.random.default_rng(seed)
+    dist, res = d[rng.integers(0, d.size, (num_samples, d.size))].mean(axis=1), None
+  else:
+    res = scipy.stats.bootstrap((d,), _mean, vectorized=True, n_resamples=num_samples,
+                                confidence_level=level, method="percentile", rng=seed)
+    dist = res.bootstrap_distribution
+  ci = _quantiles(dist, level)
+  return (ci, res) if scipy_result else ci
 
 
 def paired_compare(after, before):
@@ -207,14 +270,21 @@ def trend_slope(xs, a_by_point, b_by_point, log=True, level=0.95, num_samples=20
   arms = [[np.asarray(v, np.float64) for v in arm] for arm in (a_by_point, b_by_point)]
   d = np.array([a.mean() - b.mean() for a, b in zip(*arms)])
   slope = float(np.sum(tc * d) / denom)
-  rng = np.random.default_rng(seed)
-  boot = np.zeros((num_samples, x.size))
-  for j in range(x.size):
-    a, b = arms[0][j], arms[1][j]
-    boot[:, j] = (a[rng.integers(0, a.size, (num_samples, a.size))].mean(axis=1)
-                  - b[rng.integers(0, b.size, (num_samples, b.size))].mean(axis=1))
-  slopes = (boot * tc).sum(axis=1) / denom
-  lo, hi = (float(q) for q in np.quantile(slopes, [(1 - level) / 2, (1 + level) / 2]))
+  samples = [v for pair in zip(*arms) for v in pair]  # a_0, b_0, a_1, b_1, ...
+
+  def slope_of(*values, axis=-1):
+    d = np.stack([np.mean(values[2 * j], axis=axis) - np.mean(values[2 * j + 1], axis=axis)
+                  for j in range(x.size)], axis=-1)
+    return (d * tc).sum(axis=-1) / denom
+
+  if min(v.size for v in samples) >= 2:  # SciPy's resamples, el_jax's quantiles (above)
+    slopes = scipy.stats.bootstrap(samples, slope_of, vectorized=True, paired=False,
+                                   n_resamples=num_samples, confidence_level=level,
+                                   method="percentile", rng=seed).bootstrap_distribution
+  else:  # SciPy resamples only samples of two or more: the same draws, drawn here
+    rng = np.random.default_rng(seed)
+    slopes = slope_of(*(v[rng.integers(0, v.size, (num_samples, v.size))] for v in samples))
+  lo, hi = _quantiles(slopes, level)
   sign = 1 if lo > 0 else -1 if hi < 0 else 0
   return {"slope": slope, "ci95": [lo, hi], "diffs": d.tolist(), "x": t.tolist(),
           "n_points": int(x.size),

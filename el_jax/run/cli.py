@@ -27,9 +27,10 @@ import os
 import sys
 import traceback
 
+import re
+
 from absl import flags
 from ml_collections import config_flags
-from ml_collections.config_flags import config_flags as config_flags_impl
 
 from el_jax.run import config as config_lib
 from el_jax.infra import quiet
@@ -76,20 +77,6 @@ def parse(argv, *, extra_flags=None, require_workdir=True, doc=None, return_flag
   return config, workdir
 
 
-class _ConfigFileParser(config_flags_impl.ConfigFileFlagParser):
-  """ml_collections' `--config=path.py[:variant]` parser, loading through
-  `el_jax.run.config.load_config`: every problem of the file is one line (UsageError)."""
-
-  def parse(self, path):
-    try:
-      config = config_lib.load_config(path)
-    except config_lib.ConfigFileError as e:
-      raise UsageError(f"error: could not load --config={path}: {_file_problem(e, path)}") from None
-    if self._lock_config:
-      config.lock()
-    return config
-
-
 def _file_problem(err, spec):
   """The problem of a ConfigFileError, naming the file unless `spec` (the flag) names it."""
   name = spec.partition(":")[0]
@@ -101,13 +88,47 @@ def _file_problem(err, spec):
 
 def _define_config(fv, argv):
   """`--config` (with its `--config.<key>=<value>` overrides) on `fv`: ml_collections'
-  config-file flag with `_ConfigFileParser`."""
-  flag = config_flags_impl._ConfigFlag(  # noqa: SLF001 -- DEFINE_config_file with our parser
-      parser=_ConfigFileParser(name="config", lock_config=True),
-      serializer=flags.ArgumentSerializer(), name="config", default=None,
+  `config_flags.DEFINE_config_file`, the config locked. `argv` is the command line that
+  names the overrides; its `--config` values are the files `_checked_argv` loaded."""
+  config_flags.DEFINE_config_file(
+      "config", default=None, flag_values=fv, lock_config=True, sys_argv=argv,
       help_string="experiment config: path.py[:variant]; override fields with "
-                  "--config.<key>=<value>", flag_values=fv, sys_argv=argv)
-  flags.DEFINE_flag(flag, fv)
+                  "--config.<key>=<value>")
+
+
+# A `--config` flag as absl and ml_collections recognise it: `--config=<spec>`, `-config=<spec>`
+# or `--config <spec>` (the value in the next argument).
+_CONFIG_FLAG = re.compile(r"^--?config(=|$)")
+
+
+def _checked_argv(argv):
+  """`argv` with each `--config` value loaded first by `el_jax.run.config.load_config`, so
+  that every problem of the file (missing, a syntax error, an exception inside it, no
+  `get_config`, one returning None or not a ConfigDict) is one line naming it (UsageError),
+  which ml_collections' loader does not give; the value is then replaced by the file's path
+  (`~` expanded, a bare config name resolved under configs/), which ml_collections loads
+  again to apply the overrides (a config file only builds a ConfigDict: a few ms).
+  Returns (argv, the last `--config`'s "path.py[:variant]", or None)."""
+  argv, source = list(argv), None
+  i = 1
+  while i < len(argv):
+    m = _CONFIG_FLAG.match(argv[i])
+    if m is None:
+      i += 1
+      continue
+    at = i if m.group(1) else i + 1
+    if at >= len(argv):
+      break  # `--config` with no value: absl's own one-line error
+    spec = argv[at][len(m.group(0)):] if at == i else argv[at]
+    try:
+      config_lib.load_config(spec)
+    except config_lib.ConfigFileError as e:
+      raise UsageError(f"error: could not load --config={spec}: {_file_problem(e, spec)}") from None
+    name, sep, variant = spec.partition(":")
+    source = config_lib.config_path(name) + sep + variant
+    argv[at] = f"{m.group(0)}{source}" if at == i else source
+    i = at + 1
+  return argv, source
 
 
 def _define(argv, extra_flags):
@@ -150,6 +171,7 @@ def _parse(argv, *, extra_flags, require_workdir, doc):
   if any(a in HELP_FLAGS for a in argv[1:]):
     print_help(argv, extra_flags, doc)
     raise SystemExit(0)
+  argv, source = _checked_argv(argv)
   fv = _define(argv, extra_flags)
   try:
     rest = fv(argv)
@@ -171,6 +193,7 @@ def _parse(argv, *, extra_flags, require_workdir, doc):
     raise _override_error(e, argv) from None
   if config is None:
     raise UsageError("--config is required, e.g. --config=configs/copy_task.py:cpu")
+  config_lib.set_source(config, source)
   if require_workdir and not fv.workdir:
     raise UsageError("--workdir is required (metrics, checkpoints and plots go there)")
   config_lib.expand_user(config)

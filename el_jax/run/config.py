@@ -135,8 +135,7 @@ def call_get_config(module, path, variant=None):
     raise ConfigFileError(spec, f"{call} returned a {type(cfg).__name__}, not an "
                                 f"ml_collections.ConfigDict (wrap it: "
                                 f"ml_collections.ConfigDict({{...}}))")
-  _SOURCES[id(cfg)] = (cfg, spec)
-  return cfg
+  return set_source(cfg, spec)
 
 
 def load_config(spec):
@@ -157,6 +156,13 @@ def get_config(name, variant=None, overrides=None):
 
 # Where each config came from (id -> (config, "path:variant")), to name the file in errors.
 _SOURCES = {}
+
+
+def set_source(cfg, spec):
+  """Records "path.py:variant" (`spec`) as where `cfg` came from (`source`); returns `cfg`."""
+  if spec is not None:
+    _SOURCES[id(cfg)] = (cfg, spec)
+  return cfg
 
 
 def source(cfg):

@@ -182,7 +182,8 @@ def matmul_peak(n=2048, reps=5):
   machine, whichever library a step uses)."""
   import jax.numpy as jnp
   a = jnp.ones((n, n), jnp.float32)
-  options = step_lib.CPU_DOTS.values() if jax.default_backend() == "cpu" else [{}]
+  options = ([step_lib.known_options(o) for o in step_lib.CPU_DOTS.values()]
+             if jax.default_backend() == "cpu" else [{}])
   best = float("inf")
   for opts in options:
     f = jax.jit(jnp.dot).lower(a, a).compile(compiler_options=dict(opts))

@@ -7,6 +7,7 @@ import os
 
 import jax
 import numpy as np
+import pytest
 
 from el_jax.report import papers
 from el_jax.report import sources
@@ -85,7 +86,8 @@ def test_the_test_variant_writes_its_schema_and_the_pinned_numbers(tmp_path):
   a = analysis.analyze(sources.Sources(str(out), root=ROOT), cfg)
   assert list(a["constructions"]) == ["count", "random_features_1N"]
   assert a["training"]["sgd"]["last_step"] == "20"
-  assert a["training"]["sgd"]["at"]["20"]["trace"]["mean"] == PINNED["sgd"][0][2][2]
+  assert a["training"]["sgd"]["at"]["20"]["trace"]["mean"] == pytest.approx(
+      PINNED["sgd"][0][2][2], rel=1e-12, abs=0)  # (the last bit moves with the JAX line)
 
 
 def test_the_sample_need_is_where_the_error_stays_below():

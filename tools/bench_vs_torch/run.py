@@ -8,7 +8,10 @@ per-round ratios of tokens/s and the issue's targets to `<results_dir>/<config.o
 torch is not a dependency of el_jax: the PyTorch side runs in its own virtual environment,
 `.venv-torch` in the repository root, created on first use with `pip install torch==2.13.0
 transformers` (the CPU wheel; a CUDA build is refused). `config.impls=""` times the el_jax sides
-only, without it.
+only, without it. The PyTorch side is the same whichever line of JAX el_jax's side runs
+(requirements.txt or requirements-py312.txt): `.venv-torch` is made once, with
+$EL_JAX_TORCH_PYTHON, else a Python 3.11 on PATH (torch 2.13.0's CPU wheel on the development
+machines is for 3.11), else the Python running this.
 
 The PyTorch step: logits = GPTNeoXForCausalLM(inputs), CE over all positions, backward,
 clip_grad_norm_(1.0), AdamW.step, zero_grad. The el_jax step is `el_jax.run.train.Trainer.step`
@@ -20,6 +23,7 @@ import json
 import os
 import platform
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -43,7 +47,11 @@ def ensure_torch_venv():
     if ok:
       return
   print(f"creating {TORCH_VENV} with {' '.join(TORCH_REQ)} ...", file=sys.stderr)
-  base = getattr(sys, "_base_executable", sys.executable)
+  py311 = shutil.which("python3.11")
+  if py311 and subprocess.run([py311, "-c", ""], capture_output=True).returncode != 0:
+    py311 = None  # (a pyenv shim of a version it has not selected)
+  base = (os.environ.get("EL_JAX_TORCH_PYTHON") or py311
+          or getattr(sys, "_base_executable", sys.executable))
   subprocess.run([base, "-m", "venv", TORCH_VENV], check=True)
   subprocess.run([TORCH_PY, "-m", "pip", "install", "--quiet", *TORCH_REQ], check=True)
   out = subprocess.run([TORCH_PY, "-c", "import torch; print(torch.version.cuda)"],

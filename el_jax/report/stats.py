@@ -45,10 +45,11 @@ def aggregate(per_seed):
   return out
 
 
-# Two computations are SciPy's: the permutation tests' splits (or sign vectors) and the
-# statistic over each (`scipy.stats.permutation_test`), and the bootstrap's resamples and the
-# statistic over each (`scipy.stats.bootstrap`: the same Generator, seeded with `seed`, drawn
-# in the same order as el_jax drew them). Two definitions stay el_jax's, where SciPy's own
+# Two computations are SciPy's: the sampled permutation tests' splits (or sign vectors) and
+# the statistic over each (`scipy.stats.permutation_test`; the exact tests enumerate the same
+# splits here, an order of magnitude faster), and the bootstrap's resamples and the statistic
+# over each (`scipy.stats.bootstrap`: the same Generator, seeded with `seed`, drawn in the
+# same order as el_jax drew them). Two definitions stay el_jax's, where SciPy's own
 # p-value and interval differ from every committed number (docs/testing.md, "Statistics
 # through SciPy", says by how much on the committed comparisons):
 # * the p-value counts a split as extreme when |statistic| >= |observed| - TIE (absolute).
@@ -82,31 +83,42 @@ def _extreme_fraction(null, observed, exact):
   return float((hits + 1) / (np.size(null) + 1))
 
 
+def _split_null(a, b):
+  """The mean difference over every split of the pooled values into groups of len(a) and
+  len(b): the exact null distribution (NumPy; the splits `scipy.stats.permutation_test`
+  enumerates in its exact mode, in another order)."""
+  pooled = np.concatenate([a, b])
+  idx = np.array(list(itertools.combinations(range(pooled.size), a.size)), np.int64)
+  sa = pooled[idx].sum(axis=1)
+  return sa / a.size - (pooled.sum() - sa) / b.size
+
+
 def permutation_test(a, b, max_exact=200_000, num_samples=100_000, seed=0, scipy_result=False):
   """Two-sided permutation test of mean(a) = mean(b); returns the p-value.
 
-  Exact (every split of the pooled values into groups of len(a) and len(b))
-  when there are at most `max_exact` (or `num_samples`) splits, else `num_samples` random splits
-  (fixed `seed`; the observed split is counted, so p > 0). A split counts as
-  extreme when |mean difference| >= the observed one (with a 1e-12 tolerance, `TIE`).
-  The splits and their differences are `scipy.stats.permutation_test`'s ("independent");
-  the count is el_jax's (above: SciPy's own p misses ties). `scipy_result`: returns
-  (p, SciPy's PermutationTestResult) instead.
+  Exact (every split of the pooled values into groups of len(a) and len(b)) when there are
+  at most `max_exact` (or `num_samples`) splits, else `num_samples` random splits drawn by
+  `scipy.stats.permutation_test` ("independent"; fixed `seed`; the observed split is
+  counted, so p > 0). A split counts as extreme when |mean difference| >= the observed one
+  (with a 1e-12 tolerance, `TIE`; SciPy's own p misses ties, above). The exact splits are
+  enumerated here: the same splits as SciPy's exact mode, which is an order of magnitude
+  slower for 10 vs 10 seeds (its statistic is called on every split; the counts are equal,
+  tests/test_stats_scipy.py). `scipy_result`: returns (p, SciPy's PermutationTestResult of
+  the same splits) instead.
   """
   a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
   if a.size < 1 or b.size < 1:
     raise ValueError(f"permutation_test needs values in both groups (got {a.size}, {b.size})")
   splits = math.comb(a.size + b.size, a.size)
   exact = splits <= max_exact or splits <= num_samples  # (SciPy enumerates them all then)
-  if min(a.size, b.size) < 2:  # SciPy permutes only samples of two or more: every split here
-    pooled = np.concatenate([a, b])
-    idx = np.array(list(itertools.combinations(range(pooled.size), a.size)), np.int64)
-    sa = pooled[idx].sum(axis=1)
-    null, res, exact = sa / a.size - (pooled.sum() - sa) / b.size, None, True
-  else:
+  res = None
+  if min(a.size, b.size) >= 2 and (scipy_result or not exact):
     res = scipy.stats.permutation_test(
         (a, b), _mean_diff, permutation_type="independent", vectorized=True,
         n_resamples=np.inf if exact else num_samples, alternative="two-sided", rng=seed)
+  if exact:  # (SciPy permutes only samples of two or more: every split here then)
+    null = _split_null(a, b)
+  else:
     null = res.null_distribution
   p = _extreme_fraction(null, abs(a.mean() - b.mean()), exact)
   return (p, res) if scipy_result else p
@@ -162,9 +174,10 @@ def sign_flip_test(diffs, max_exact=1 << 20, num_samples=100_000, seed=0, scipy_
   the observed signs are counted, so p > 0). Extreme: |mean| >= the observed one (1e-12
   tolerance, as `permutation_test`). With n pairs the smallest possible p is 2 / 2^n
   (`p_floor("paired", n)`): 0.25 for 3 pairs. Pairs with a zero difference count in n (they
-  flip to themselves), so n is the number of pairs given. The sign vectors and their means
-  are `scipy.stats.permutation_test`'s ("samples" on one sample flips signs); the count is
-  el_jax's (above). `scipy_result`: returns (p, SciPy's PermutationTestResult) instead.
+  flip to themselves), so n is the number of pairs given. Sampled sign vectors are
+  `scipy.stats.permutation_test`'s ("samples" on one sample flips signs); the exact ones are
+  enumerated here (as in `permutation_test`); the count is el_jax's (above). `scipy_result`:
+  returns (p, SciPy's PermutationTestResult of the same sign vectors) instead.
   """
   d = np.asarray(diffs, np.float64).ravel()
   if d.size < 1:
@@ -172,12 +185,15 @@ def sign_flip_test(diffs, max_exact=1 << 20, num_samples=100_000, seed=0, scipy_
   if not np.all(np.isfinite(d)):
     raise ValueError(f"sign_flip_test needs finite differences; got {d.tolist()}")
   exact = 2 ** d.size <= max(max_exact, num_samples)  # (SciPy enumerates them all then)
-  if d.size < 2:  # SciPy permutes only samples of two or more: one pair flips to +-d
-    null, res, exact = np.array([d[0], -d[0]]), None, True
-  else:
+  res = None
+  if d.size >= 2 and (scipy_result or not exact):
     res = scipy.stats.permutation_test(
         (d,), _mean, permutation_type="samples", vectorized=True,
         n_resamples=np.inf if exact else num_samples, alternative="two-sided", rng=seed)
+  if exact:  # every sign vector, enumerated here (SciPy flips samples of two or more)
+    signs = 1 - 2 * ((np.arange(2 ** d.size)[:, None] >> np.arange(d.size)) & 1)
+    null = (signs * d).mean(axis=1)
+  else:
     null = res.null_distribution
   p = _extreme_fraction(null, abs(d.mean()), exact)
   return (p, res) if scipy_result else p

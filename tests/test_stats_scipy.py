@@ -1,6 +1,6 @@
-"""The permutation, sign-flip and bootstrap computations of `el_jax.report.stats` are SciPy's
-(`scipy.stats.permutation_test`, `scipy.stats.bootstrap`), with el_jax's tie rule and
-quantiles (stats.py says why). Every comparison stored in the committed JSON (results/, each
+"""The bootstrap and sampled permutation computations of `el_jax.report.stats` are SciPy's
+(`scipy.stats.bootstrap`, `scipy.stats.permutation_test`); its exact tests enumerate the same
+splits as SciPy's exact mode; the tie rule and quantiles are el_jax's (stats.py says why). Every comparison stored in the committed JSON (results/, each
 dict with a `p_value` and a `ci95`) is recomputed from the values it was computed from, found
 in the same file: its p-value and interval come out exactly as committed. SciPy's own
 p-value and interval are checked beside them: the interval equal within 1e-12 (relative),

@@ -5,9 +5,8 @@ Each tests/test_experiment_grids_*.py runs its script at test size and calls
 `check(script, rows)` with the grid rows it wrote (an experiment folder's test
 `check(name, rows, path=<its pins.json>)`): every per-seed value must equal the pinned
 one (relative tolerance 1e-6, as the golden one-step test), so a refactor that changes a
-number fails here. The pins were written by the same tests with `EL_JAX_WRITE_PINS=1`, on the
-code of issue 22 (whose migrations were checked equal to the scripts before el_jax.run.grid, at
-test size, when they were made); rewrite them that way only for a change meant to change
+number fails here. The pins were written by the same tests with `EL_JAX_WRITE_PINS=1`, on code
+whose numbers were checked equal to those of the scripts before el_jax.run.grid (at test size); rewrite them that way only for a change meant to change
 numbers, and say so in the commit. They hold under the suite's settings (conftest.py),
 on any x86-64 CPU with AVX2 and FMA (docs/testing.md, "Across CPUs").
 """

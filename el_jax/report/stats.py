@@ -338,7 +338,7 @@ def vs_random_init(trained, sanity):
   several: over the models (one mean per model), each paired with its own init (the same key:
   before / after on one model, so `paired_compare`, a sign flip whose floor is 2 / 2^n:
   0.5 for 2 models, 0.25 for 3). Not in the Holm family of the comparison: a sanity check that
-  the probe sees the model (issue 34)."""
+  the probe sees the model."""
   out = {}
   for task, row in sanity.items():
     keys = [k for k in row["random_init"] if k in trained]

@@ -38,7 +38,6 @@ from el_jax.core import flatness
 from el_jax.infra import metrics as metrics_lib
 from el_jax.core import probe
 from el_jax.infra import progress
-from el_jax.report import stats
 from el_jax.core import step as step_lib
 from el_jax.infra import workdir as wd
 from el_jax.core.models import decoder
@@ -89,11 +88,6 @@ def check_probe_flags(lrs, normalizations):
   except ValueError as e:
     raise ValueError(f"--probe_lrs={lrs!r} / --probe_normalizations={normalizations!r}: "
                      f"{e}") from None
-
-
-# {task: the trained models' probe against their random inits}: stats.vs_random_init (pure, so
-# that el_jax.report computes it from committed JSON without JAX).
-vs_random_init = stats.vs_random_init
 
 
 class Measurer:

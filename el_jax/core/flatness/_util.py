@@ -5,7 +5,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from el_jax.core.models.decoder import num_params  # noqa: F401  (re-exported: one definition)
 
 
 def leaf_names(tree):

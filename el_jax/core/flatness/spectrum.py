@@ -22,6 +22,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 import el_jax.core.flatness._util as _util
+from el_jax.core.models import decoder
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,7 +128,7 @@ def _prepare(loss_fn, params, batches, num_steps, validate, num_batches=None):
     first = _util.first(stacked)
     _util.check_deterministic(loss_fn, params, first)
     _util.check_scalar_loss(loss_fn, params, first)
-  return stacked, min(num_steps, _util.num_params(params))
+  return stacked, min(num_steps, decoder.num_params(params))
 
 
 def _lanczos_many(loss_fn, params, batches, *, key, num_steps, num_draws=1,

@@ -27,6 +27,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 import el_jax.core.flatness._util as _util
+from el_jax.core.models import decoder
 import el_jax.core.flatness.hvp_ops as hvp_lib
 
 METHODS = ("hutchinson", "hutch++", "exact")
@@ -165,16 +166,16 @@ def _validate(loss_fn, params, batch, method, num_probes, distribution, validate
     if method == "hutch++" and num_probes < 3:
       raise ValueError(f"hutch++ needs num_probes >= 3 (sketch, projection, residual), "
                        f"got {num_probes}")
-  elif _util.num_params(params) > max_exact:
+  elif decoder.num_params(params) > max_exact:
     raise ValueError(f"method='exact' costs one HVP per parameter; this model has "
-                     f"{_util.num_params(params)} > max_exact_params={max_exact}")
+                     f"{decoder.num_params(params)} > max_exact_params={max_exact}")
   if validate:
     _util.check_deterministic(loss_fn, params, batch)
     _util.check_scalar_loss(loss_fn, params, batch)
 
 
 def _num_matvecs(method, num_probes, params):
-  return _util.num_params(params) if method == "exact" else num_probes
+  return decoder.num_params(params) if method == "exact" else num_probes
 
 
 def hessian_trace_over_batches(loss_fn, params, batches, *, key, num_probes=None,

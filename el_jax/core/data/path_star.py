@@ -85,10 +85,6 @@ class GraphSpec:
     """Input positions whose next token is a path token (prefix_len - 1 ... seq_len - 2)."""
     return np.arange(self.prefix_len - 1, self.seq_len - 1)
 
-  def file_name(self, split="test", n=20_000) -> str:
-    """The reference's file name, e.g. deg_2_path_3_nodes_50_test_20000.txt."""
-    return f"deg_{self.degree}_path_{self.path_len}_nodes_{self.num_nodes}_{split}_{n}.txt"
-
 
 def check_sizes(degree, path_len, num_nodes):
   for name, v, lo in (("degree", degree, 1), ("path_len", path_len, 2), ("num_nodes", num_nodes, 2)):

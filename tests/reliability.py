@@ -256,17 +256,6 @@ def call_main(capsys, monkeypatch, *args):
   return subprocess.CompletedProcess(argv, status, out.out, out.err)
 
 
-def experiment_script(name):
-  """experiments/<name>.py as a module (the scripts are not a package; nothing is put on
-  sys.path)."""
-  import importlib.util
-  spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "experiments",
-                                                                    f"{name}.py"))
-  mod = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(mod)
-  return mod
-
-
 def wait_for(predicate, timeout, poll=0.05):
   """True once `predicate()` is true, polled every `poll` s; False after `timeout` s."""
   import time

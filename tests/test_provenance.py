@@ -119,7 +119,9 @@ def _section_templates():
 
 def test_every_results_table_says_where_it_ran():
   """Every table of a results section whose rows come from an analysis (a Markdown header,
-  then a `{% for %}` loop) is followed by its "Ran on" line (`{{ ... | ran_on }}`)."""
+  then a `{% for %}` loop) is followed by its "Ran on" line (`{{ ... | ran_on }}`), or by a
+  `{# ran_on: ... #}` comment saying where the machine is named instead (a device column) or
+  why none ran (a prediction, a configuration)."""
   n, missing = 0, []
   for path in _section_templates():
     lines = open(path).read().splitlines()

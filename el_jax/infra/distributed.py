@@ -22,6 +22,7 @@ Environment read by `initialize` (set by `el_jax.run.launch`):
 """
 import json
 import os
+import sys
 
 import numpy as np
 
@@ -79,7 +80,33 @@ def initialize(auto=False):
   else:
     jax.distributed.initialize()  # TPU slice / SLURM / Open MPI: detected by JAX
   _state["initialized"] = True
+  _no_cached_cpu_collectives(jax)
   return True
+
+
+# The JAX lines whose CPU programs with gloo collectives, read back from the persistent
+# compilation cache, wait forever in their first collective (seen under jax 0.12.1 with a
+# warm JAX_COMPILATION_CACHE_DIR; jax 0.10.2 runs them). Lines between are untested, so
+# treated as the newer one.
+_CACHE_HANGS_FROM = (0, 11)
+
+
+def _version(v):
+  return tuple(int(p) for p in v.split(".")[:2] if p.isdigit())
+
+
+def _no_cached_cpu_collectives(jax):
+  """Turns the persistent compilation cache off in a multi-process CPU run under the JAX
+  lines where its cached programs hang (`_CACHE_HANGS_FROM`), with one line on stderr when a
+  cache directory was set. Each process then compiles its own programs."""
+  if (jax.process_count() == 1 or jax.default_backend() != "cpu"
+      or _version(jax.__version__) < _CACHE_HANGS_FROM):
+    return
+  if jax.config.jax_compilation_cache_dir and jax.config.jax_enable_compilation_cache:
+    print(f"el_jax: the persistent compilation cache is off in this run: under jax "
+          f"{jax.__version__}, CPU programs with cross-process collectives read back from it "
+          f"never finish their first collective", file=sys.stderr)
+  jax.config.update("jax_enable_compilation_cache", False)
 
 
 def process_count():
@@ -122,15 +149,21 @@ def from_main(fn):
   import jax
   if jax.process_count() == 1:
     return fn()
+  error, data, value = None, b"", None
   if jax.process_index() == 0:
     try:
       value = fn()
+      data = json.dumps({"value": value}).encode()
     except Exception as e:  # noqa: BLE001 -- passed on to the other processes, then re-raised
-      _broadcast_bytes(json.dumps({"error": f"{type(e).__name__}: {e}"}).encode())
-      raise
-    _broadcast_bytes(json.dumps({"value": value}).encode())
+      error, data = e, json.dumps({"error": f"{type(e).__name__}: {e}"}).encode()
+  # One call site for every process: newer JAX lines record the Python source location in
+  # the broadcast's program, and processes running programs that differ (a call from
+  # another line) never meet in its collective.
+  got = json.loads(_broadcast_bytes(data).decode())
+  if error is not None:
+    raise error
+  if jax.process_index() == 0:
     return value
-  got = json.loads(_broadcast_bytes(b"").decode())
   if "error" in got:
     raise RuntimeError(f"process 0 stopped ({' '.join(got['error'].split())}); this process "
                        f"stops too")

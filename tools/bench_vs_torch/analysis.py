@@ -128,10 +128,48 @@ def cpu_kinds(src, rels):
   return out
 
 
+def jax_lines(src, rels):
+  """The same benchmark under each line of JAX, in one session on one CPU (`rels` in the order
+  run): per file its JAX, load and targets; per side (el_jax's and PyTorch's) the step time
+  under each file and the later files' step time over the first's. PyTorch runs the same
+  program in every file: its ratio is how far the machine itself moved between the runs."""
+  docs = [src.load(rel) for rel in rels]
+  if not docs:
+    return None
+  kinds = {cpu_kind(d)[0] for d in docs}
+  if len(kinds) != 1:
+    raise ValueError(f"{', '.join(rels)}: the lines of JAX must be timed on one CPU kind; "
+                     f"these ran on {len(kinds)}")
+  first = docs[0]["results"]
+  sides = [k for k in first if all(k in d["results"] for d in docs)]
+  moved = lambda names: [min(x), max(x)] if (x := [  # noqa: E731
+      d["results"][k]["step_ms_median"] / first[k]["step_ms_median"]
+      for d in docs[1:] for k in names]) else None
+  return {
+      "cpu": cpu_kind(docs[0])[1],
+      "runs": [{"file": os.path.basename(rel), "jax": d["workers"]["el_jax"]["jax"],
+                "command": d["command"],
+                "load_before": (d.get("loadavg_before_setup") or [None])[0],
+                "load_start": d["loadavg_start"][0], "load_end": d["loadavg_end"][0],
+                "targets": [d["targets"].get(name) for name in TARGET_NAMES]}
+               for rel, d in zip(rels, docs)],
+      "sides": [{"name": k, "label": side_label(k) if k.startswith("el_jax") else k,
+                 "step_ms": [d["results"][k]["step_ms_median"] for d in docs],
+                 "vs_first": [d["results"][k]["step_ms_median"] / first[k]["step_ms_median"]
+                              for d in docs[1:]]}
+                for k in sides],
+      # the later runs' step time over the first's: the range over el_jax's sides, PyTorch's
+      "el_jax_moved": moved([k for k in sides if k.startswith("el_jax")]),
+      "torch_moved": moved([k for k in sides if k.startswith("torch")]),
+      "ran_on": src.ran_on(list(rels)),
+  }
+
+
 def analyze(src, config):
   return {
       "runs": {_stem(rel): run_summary(src, rel, ab=rel in config.ab_files)
                for rel in config.files},
       "cpu_kinds": cpu_kinds(src, config.cpu_kinds),
       "cpu_kinds_ran_on": src.ran_on(list(config.cpu_kinds)),
+      "jax_lines": jax_lines(src, list(config.jax_line_files)),
   }

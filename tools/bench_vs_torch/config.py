@@ -6,6 +6,11 @@ at least 1.0x doing the same work).
       --config.out=bench_vs_torch_<cpu>.json
   python -m el_jax.experiment --config=tools/bench_vs_torch/config.py:cpu_devices_ab   # A/Bs
   python -m el_jax.experiment --config=tools/bench_vs_torch/config.py:ynn_fusion_ab
+  # the two lines of JAX, one after the other in one session (about 6 minutes each):
+  for py in .venv/bin/python .venv312/bin/python; do $py -m el_jax.experiment \
+      --config=tools/bench_vs_torch/config.py:cpu --config.cpu_dots=xla \
+      --config.attention_blocks=1,3 --config.malloc=tuned \
+      --config.out=bench_vs_torch_<cpu>_jax<line>.json; done
 
 The shape is the issue's: configs/copy_task.py:cpu with L_c=1, L_p=207 (one 212-token string per
 context), 4 layers x 128 wide, 4 heads, MLP 512, vocab 29, batch 8 x 212 tokens, AdamW +
@@ -36,12 +41,18 @@ YNN = ('{"ynn_eltwise":{"xla_cpu_experimental_ynn_fusion_type":"LIBRARY_FUSION_T
        'LIBRARY_FUSION_TYPE_ELTWISE"},"ynn_eltwise_reduce":{"xla_cpu_experimental_ynn_fusion_'
        'type":"LIBRARY_FUSION_TYPE_DOT,LIBRARY_FUSION_TYPE_ELTWISE,LIBRARY_FUSION_TYPE_REDUCE"}}')
 # The committed runs the page shows: the first two from before el_jax recorded the CPU, then one
-# per CPU kind (the Zen 5's run before its last one too), then the A/Bs.
+# per CPU kind (the Zen 5's run before its last one too), the Zen 3's under both lines of JAX,
+# then the A/Bs.
 FILES = ("bench_vs_torch.json", "bench_vs_torch_slow_machine.json", "bench_vs_torch_zen4.json",
          "bench_vs_torch_xeon_emr.json", "bench_vs_torch_xeon_clx.json",
-         "bench_vs_torch_zen5.json", "bench_vs_torch_zen5_run1.json", "cpu_devices_ab.json",
-         "ynn_fusion_ab.json")
-CPU_KINDS = FILES[:6]
+         "bench_vs_torch_zen5.json", "bench_vs_torch_zen5_run1.json",
+         "bench_vs_torch_zen3_jax010.json", "bench_vs_torch_zen3_jax012.json",
+         "cpu_devices_ab.json", "ynn_fusion_ab.json")
+# One session, one CPU, one file per line of JAX (the lock's, jax 0.10.2, first; then jax
+# 0.12.1): the command of the two lines above, under .venv, then under .venv312.
+JAX_LINE_FILES = ("bench_vs_torch_zen3_jax010.json", "bench_vs_torch_zen3_jax012.json")
+# The per-CPU table: one run per CPU kind, under the lock's line of JAX.
+CPU_KINDS = FILES[:6] + JAX_LINE_FILES[:1]
 AB_FILES = ("cpu_devices_ab.json", "ynn_fusion_ab.json")
 
 
@@ -66,6 +77,7 @@ def get_config(variant="cpu"):
   c.files = FILES  # the analysis: the runs the page shows
   c.cpu_kinds = CPU_KINDS  # the analysis: the per-CPU table's runs (the last of a kind counts)
   c.ab_files = AB_FILES  # the analysis: the A/B runs (each el_jax side against the default)
+  c.jax_line_files = JAX_LINE_FILES  # the analysis: one session's runs under each line of JAX
   if variant == "cpu_devices_ab":
     c.out, c.impls, c.cpu_devices = "cpu_devices_ab.json", "sdpa", "1,2"
     c.attention_blocks, c.malloc = "1", "tuned"
@@ -79,5 +91,5 @@ def get_config(variant="cpu"):
     c.steps, c.rounds, c.warmup = 2, 1, 1
     c.cpu_dots, c.attention_blocks, c.malloc, c.impls = "xla", "1", "tuned", ""
     c.files = c.cpu_kinds = ("bench_vs_torch.json",)
-    c.ab_files = ()
+    c.ab_files = c.jax_line_files = ()
   return c

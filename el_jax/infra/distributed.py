@@ -156,9 +156,9 @@ def from_main(fn):
       data = json.dumps({"value": value}).encode()
     except Exception as e:  # noqa: BLE001 -- passed on to the other processes, then re-raised
       error, data = e, json.dumps({"error": f"{type(e).__name__}: {e}"}).encode()
-  # One call site for every process: newer JAX lines record the Python source location in
-  # the broadcast's program, and processes running programs that differ (a call from
-  # another line) never meet in its collective.
+  # One call site for every process: under jax 0.12.1, processes that call the broadcast
+  # from different lines never meet in its collective (two-process scripts: from two lines
+  # they wait forever, from one line they finish).
   got = json.loads(_broadcast_bytes(data).decode())
   if error is not None:
     raise error

@@ -142,9 +142,12 @@ def jax_lines(src, rels):
                      f"these ran on {len(kinds)}")
   first = docs[0]["results"]
   sides = [k for k in first if all(k in d["results"] for d in docs)]
-  moved = lambda names: [min(x), max(x)] if (x := [  # noqa: E731
-      d["results"][k]["step_ms_median"] / first[k]["step_ms_median"]
-      for d in docs[1:] for k in names]) else None
+
+  def moved(names):  # [min, max] of the later runs' step time over the first's
+    x = [d["results"][k]["step_ms_median"] / first[k]["step_ms_median"]
+         for d in docs[1:] for k in names]
+    return [min(x), max(x)] if x else None
+
   return {
       "cpu": cpu_kind(docs[0])[1],
       "runs": [{"file": os.path.basename(rel), "jax": d["workers"]["el_jax"]["jax"],
@@ -158,7 +161,6 @@ def jax_lines(src, rels):
                  "vs_first": [d["results"][k]["step_ms_median"] / first[k]["step_ms_median"]
                               for d in docs[1:]]}
                 for k in sides],
-      # the later runs' step time over the first's: the range over el_jax's sides, PyTorch's
       "el_jax_moved": moved([k for k in sides if k.startswith("el_jax")]),
       "torch_moved": moved([k for k in sides if k.startswith("torch")]),
       "ran_on": src.ran_on(list(rels)),

@@ -180,7 +180,7 @@ def test_the_jax_lines_sentences_hold():
   runs are on one CPU, under the two lines, and the Zen 3 row of the per-CPU table is the
   lock's."""
   folder = os.path.join(ROOT, "results", "bench_vs_torch")
-  old, new = (json.load(open(os.path.join(folder, f))) for f in config_file.JAX_LINE_FILES)
+  old, new = (sources.Sources(folder, root=ROOT).load(f) for f in config_file.JAX_LINE_FILES)
   assert old["workers"]["el_jax"]["jax"] == "0.10.2"
   assert new["workers"]["el_jax"]["jax"].startswith("0.12.")
   assert analysis.cpu_kind(old)[0] == analysis.cpu_kind(new)[0]

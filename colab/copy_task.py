@@ -60,6 +60,7 @@ from IPython.display import Image, Markdown, display
 import el_jax
 from el_jax.infra import metrics as metrics_lib
 from el_jax.infra import plots
+from el_jax.infra import tensorboard
 
 # The experiment folders are in the checkout el_jax is installed from (experiments/demo/).
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(el_jax.__file__))))
@@ -88,12 +89,7 @@ print(f"variant {VARIANT!r}, runs {list(demo.demo_runs())}, workdir {WORKDIR}")
 # reached.)
 
 # %%
-if os.environ.get("EL_JAX_NOTEBOOK_TENSORBOARD", "1") == "0":
-  print(f"TensorBoard skipped (EL_JAX_NOTEBOOK_TENSORBOARD=0); the events are under {WORKDIR}")
-elif importlib.util.find_spec("tensorboard") is None:
-  print(f'TensorBoard is not installed (pip install "el_jax[notebooks]"); the events are '
-        f"under {WORKDIR}")
-else:
+if tensorboard.notebook_should_show(WORKDIR):
   print(f"TensorBoard on {WORKDIR} (it reloads every 30 s):")
   # %load_ext tensorboard
   # %tensorboard --logdir $WORKDIR

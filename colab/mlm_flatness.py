@@ -66,6 +66,7 @@ import numpy as np
 from IPython.display import Image, display
 
 from el_jax.infra import checkpoint
+from el_jax.infra import tensorboard
 from el_jax.core import flatness, probe
 from el_jax.run import runner
 from el_jax.core import step as step_lib
@@ -107,12 +108,7 @@ print(f"{lang.vocab_size} words, sentences of {test.lengths.min()}..{test.length
 # reached.)
 
 # %%
-if os.environ.get("EL_JAX_NOTEBOOK_TENSORBOARD", "1") == "0":
-  print(f"TensorBoard skipped (EL_JAX_NOTEBOOK_TENSORBOARD=0); the events are under {WORKDIR}")
-elif importlib.util.find_spec("tensorboard") is None:
-  print(f'TensorBoard is not installed (pip install "el_jax[notebooks]"); the events are '
-        f"under {WORKDIR}")
-else:
+if tensorboard.notebook_should_show(WORKDIR):
   print(f"TensorBoard on {WORKDIR} (it reloads every 30 s):")
   # %load_ext tensorboard
   # %tensorboard --logdir $WORKDIR

@@ -82,6 +82,7 @@ from IPython.display import Image, Markdown, display
 
 from el_jax.infra import metrics as metrics_lib
 from el_jax.infra import plots
+from el_jax.infra import tensorboard
 from el_jax.run import runner
 from el_jax.report import stats
 from el_jax.run import config as config_lib
@@ -124,12 +125,7 @@ print(f"variant {VARIANT!r}: G({c.data.degree},{c.data.path_len}) over {c.data.n
 # reached.)
 
 # %%
-if os.environ.get("EL_JAX_NOTEBOOK_TENSORBOARD", "1") == "0":
-  print(f"TensorBoard skipped (EL_JAX_NOTEBOOK_TENSORBOARD=0); the events are under {WORKDIR}")
-elif importlib.util.find_spec("tensorboard") is None:
-  print(f'TensorBoard is not installed (pip install "el_jax[notebooks]"); the events are '
-        f"under {WORKDIR}")
-else:
+if tensorboard.notebook_should_show(WORKDIR):
   print(f"TensorBoard on {WORKDIR} (it reloads every 30 s):")
   # %load_ext tensorboard
   # %tensorboard --logdir $WORKDIR

@@ -162,3 +162,22 @@ class RunEvents:
   def close(self):
     for s in self.seeds.values():
       s.close()
+
+
+NOTEBOOK_ENV = "EL_JAX_NOTEBOOK_TENSORBOARD"  # "0": the notebooks start no TensorBoard
+
+
+def notebook_should_show(workdir):
+  """Whether a notebook's TensorBoard cell should start TensorBoard on `workdir` (the cell
+  runs `%tensorboard` when True); says on stdout what it does: skipped
+  (`EL_JAX_NOTEBOOK_TENSORBOARD=0`, as the tests run the notebooks), not installed (the
+  `notebooks` extra's install line); the cell says the rest."""
+  import importlib.util
+  if os.environ.get(NOTEBOOK_ENV, "1") == "0":
+    print(f"TensorBoard skipped ({NOTEBOOK_ENV}=0); the events are under {workdir}")
+    return False
+  if importlib.util.find_spec("tensorboard") is None:
+    print(f'TensorBoard is not installed (pip install "el_jax[notebooks]"); the events are '
+          f"under {workdir}")
+    return False
+  return True

@@ -14,9 +14,7 @@ from el_jax.report import papers
 from el_jax.report import render
 from el_jax.report import sources
 from el_jax.report import stats
-from el_jax.run import config as config_lib
-from el_jax.run import grid as grid_lib
-from el_jax.run import runner
+import grid_checks  # tests/grid_checks.py
 import pins  # tests/pins.py
 
 from experiments.adversarial_pretraining import analysis
@@ -82,31 +80,6 @@ def _close(got, want, exact=False, spread=0.0):
   return pins.close(got, want, "adversarial_pretraining", spread)  # 1e-6; another line: tests/pins.py
 
 
-def _check_rows(doc, labels):
-  """The grid's rows: the schema of el_jax.run.grid, in the order declared; {label: row}."""
-  assert [r["label"] for r in doc["rows"]] == labels
-  for r in doc["rows"]:
-    assert set(grid_lib.ROW_FIELDS) <= set(r), r["label"]
-    assert r["per_seed"] and all(len(c) == len(r["seeds"]) for c in r["per_seed"].values())
-    finals = [{m: col[i] for m, col in r["per_seed"].items()} for i in range(len(r["seeds"]))]
-    got = stats.aggregate(finals)
-    assert got and {m: r["aggregate"][m] for m in got} == got, r["label"]
-  return {r["label"]: r for r in doc["rows"]}
-
-
-def _same_as_a_direct_run(row, workdir):
-  """The row's per-seed values are those of runner.run_or_reuse of its config, trained
-  afresh in `workdir`."""
-  cfg = grid_lib.make_config(row["config_name"], row["variant"], row["overrides"], row["seeds"])
-  cfg.progress = False
-  assert not config_lib.config_diff(config_lib.flatten(row["config"]),
-                                    config_lib.flatten(config_lib.config_dict(cfg)))
-  summary = runner.run_or_reuse(cfg, str(workdir), verbose=False)
-  for m, col in row["per_seed"].items():
-    assert col == [f[m] for f in summary["per_seed"]], m
-  assert row["aggregate"] == summary["aggregate"]
-
-
 def _holm_family(comps):
   assert [c["p_holm"] for c in comps] == stats.holm([c["p_value"] for c in comps])
 
@@ -136,7 +109,7 @@ def test_the_test_variant_through_the_entry_point(tmp_path):
   assert list(a) == ["pcfg", "sources"] and a["sources"] == [
       os.path.relpath(out / "table.json", ROOT)]
   a = a["pcfg"]
-  rows = _check_rows(doc, ["pcfg_adamw", "pcfg_adversarial_w0.3"])
+  rows = grid_checks.check_rows(doc, ["pcfg_adamw", "pcfg_adversarial_w0.3"])
   normal, adv = rows["pcfg_adamw"], rows["pcfg_adversarial_w0.3"]
   assert (normal["model"], adv["model"]) == ("adamw", "adversarial")
   assert normal["seeds"] == adv["seeds"] == doc["seeds"] == [0, 1]
@@ -187,7 +160,7 @@ def test_the_test_variant_through_the_entry_point(tmp_path):
   assert len(_family(a)) == a["comparison_family_size"] == 6
   assert os.path.exists(out / "table.png")
   pins.check("table", doc["rows"], path=PINS)
-  _same_as_a_direct_run(adv, tmp_path / "direct")
+  grid_checks.same_as_a_direct_run(adv, tmp_path / "direct")
 
 
 def _hmm_config(tmp_path, **changes):
@@ -212,7 +185,8 @@ def test_the_protocol_on_the_hmm_at_test_size(tmp_path):
   run_lib.run(cfg)
   with open(tmp_path / "results" / "hmm_sharp_init0.1" / "table.json") as f:
     doc = json.load(f)
-  rows = _check_rows(doc, ["hmm_sharp_adamw_pretrain", "hmm_sharp_adversarial_w0.3_pretrain"])
+  rows = grid_checks.check_rows(doc, ["hmm_sharp_adamw_pretrain",
+                                     "hmm_sharp_adversarial_w0.3_pretrain"])
   normal, adv = rows.values()
   assert normal["seeds"] == doc["normal_seeds"] == [0, 1, 2]
   assert adv["seeds"] == doc["seeds"] == [0, 1]

@@ -9,10 +9,7 @@ import os
 import pytest
 
 from el_jax.report import sources
-from el_jax.report import stats
-from el_jax.run import config as config_lib
-from el_jax.run import grid as grid_lib
-from el_jax.run import runner
+import grid_checks  # tests/grid_checks.py
 import pins  # tests/pins.py
 
 from experiments.flatness_copy_task import analysis
@@ -45,31 +42,6 @@ def _close(got, want):
   return pins.close(got, want, "flatness_copy_task")  # 1e-6; another JAX line: tests/pins.py
 
 
-def _check_rows(doc, labels):
-  """The grid's rows: the schema of el_jax.run.grid, in the order declared; {label: row}."""
-  assert [r["label"] for r in doc["rows"]] == labels
-  for r in doc["rows"]:
-    assert set(grid_lib.ROW_FIELDS) <= set(r), r["label"]
-    assert r["per_seed"] and all(len(c) == len(r["seeds"]) for c in r["per_seed"].values())
-    finals = [{m: col[i] for m, col in r["per_seed"].items()} for i in range(len(r["seeds"]))]
-    got = stats.aggregate(finals)
-    assert got and {m: r["aggregate"][m] for m in got} == got, r["label"]
-  return {r["label"]: r for r in doc["rows"]}
-
-
-def _same_as_a_direct_run(row, workdir):
-  """The row's per-seed values are those of runner.run_or_reuse of its config, trained
-  afresh in `workdir`."""
-  cfg = grid_lib.make_config(row["config_name"], row["variant"], row["overrides"], row["seeds"])
-  cfg.progress = False
-  assert not config_lib.config_diff(config_lib.flatten(row["config"]),
-                                    config_lib.flatten(config_lib.config_dict(cfg)))
-  summary = runner.run_or_reuse(cfg, str(workdir), verbose=False)
-  for m, col in row["per_seed"].items():
-    assert col == [f[m] for f in summary["per_seed"]], m
-  assert row["aggregate"] == summary["aggregate"]
-
-
 @pytest.mark.all_devices  # the flatness measurements on 8 devices; as fast as on one
 @pytest.mark.plots
 def test_the_grid_at_test_size(tmp_path):
@@ -83,7 +55,7 @@ def test_the_grid_at_test_size(tmp_path):
   with open(tmp_path / "out" / "copy_task.json") as f:
     doc = json.load(f)
   assert doc == json.loads(json.dumps(out, default=str))
-  rows = _check_rows(doc, ["ce", "e1_warmup"])
+  rows = grid_checks.check_rows(doc, ["ce", "e1_warmup"])
   for label, r in rows.items():
     assert r["seeds"] == [0, 1] and r["variant"] == "test"
     assert r["workdir"] == os.path.join(str(tmp_path / "runs"), label)
@@ -111,7 +83,7 @@ def test_the_grid_at_test_size(tmp_path):
   assert [(s["run"], s["seed"], s["after_convergence"]) for s in a["summary"]] == [
       ("ce", "0", None), ("ce", "1", None), ("e1_warmup", "0", None), ("e1_warmup", "1", None)]
   assert a["ce_fall"] is None  # never fitted at 8 steps
-  _same_as_a_direct_run(rows["ce"], tmp_path / "direct")
+  grid_checks.same_as_a_direct_run(rows["ce"], tmp_path / "direct")
 
 
 def test_ce_fall_starts_where_the_fisher_trace_collapsed_after_the_fit():

@@ -18,13 +18,12 @@ from el_jax.report import papers
 from el_jax.report import render
 from el_jax.report import sources
 from el_jax.report import stats
-from el_jax.run import config as config_lib
 from el_jax.run import grid as grid_lib
-from el_jax.run import runner
 
 from experiments.mlm_flatness import analysis
 from experiments.mlm_flatness import config as config_file
 from experiments.mlm_flatness import run as run_lib
+import grid_checks  # tests/grid_checks.py
 import pins  # tests/pins.py
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -77,30 +76,6 @@ def _close(got, want, exact=False):
   return pins.close(got, want, "mlm_flatness")  # 1e-6; another JAX line: tests/pins.py
 
 
-def _check_rows(doc, labels):
-  """The grid's rows: the schema of el_jax.run.grid, in the order declared; {label: row}."""
-  assert [r["label"] for r in doc["rows"]] == labels
-  for r in doc["rows"]:
-    assert set(grid_lib.ROW_FIELDS) <= set(r), r["label"]
-    assert r["per_seed"] and all(len(c) == len(r["seeds"]) for c in r["per_seed"].values())
-    finals = [{m: col[i] for m, col in r["per_seed"].items()} for i in range(len(r["seeds"]))]
-    got = stats.aggregate(finals)
-    assert got and {m: r["aggregate"][m] for m in got} == got, r["label"]
-  return {r["label"]: r for r in doc["rows"]}
-
-
-def _same_as_a_direct_run(row, workdir):
-  """The row's per-seed values are those of runner.run_or_reuse of its config, trained afresh."""
-  cfg = grid_lib.make_config(row["config_name"], row["variant"], row["overrides"], row["seeds"])
-  cfg.progress = False
-  assert not config_lib.config_diff(config_lib.flatten(row["config"]),
-                                    config_lib.flatten(config_lib.config_dict(cfg)))
-  summary = runner.run_or_reuse(cfg, str(workdir), verbose=False)
-  for m, col in row["per_seed"].items():
-    assert col == [f[m] for f in summary["per_seed"]], m
-  assert row["aggregate"] == summary["aggregate"]
-
-
 def _test_config(tmp_path, **fields):
   cfg = config_file.get_config("test")
   cfg.results_dir = str(tmp_path / "out")
@@ -130,7 +105,8 @@ def test_the_training_figure_at_test_size(tmp_path):
   assert doc == json.loads(json.dumps(out, default=float))
   assert doc["command"] == f"{run_lib.COMMAND} (fields of no single variant: see `args`)"
   assert config_file.get_config("test").results_dir == "runs/mlm_flatness_test"
-  rows = _check_rows(doc, ["pcfg_adamw", "pcfg_pilot_lr0.03", "pcfg_pilot_lr0.1", "pcfg_sgd"])
+  rows = grid_checks.check_rows(doc, ["pcfg_adamw", "pcfg_pilot_lr0.03", "pcfg_pilot_lr0.1",
+                                     "pcfg_sgd"])
   for label, r in rows.items():
     assert r["workdir"] == os.path.join(cfg.runs, label) and r["seeds"] == [0]
     assert r["config_name"] == "pcfg_mlm" and r["variant"] == "test"
@@ -178,7 +154,7 @@ def test_the_training_figure_at_test_size(tmp_path):
   assert written["sources"] == [os.path.relpath(tmp_path / "out" / "training_pcfg.json", ROOT)]
   assert written["files"]["training_pcfg"]["trend"] == json.loads(json.dumps(f["trend"]))
   pins.check("mlm_flatness/training", doc["rows"])
-  _same_as_a_direct_run(sgd, tmp_path / "direct")
+  grid_checks.same_as_a_direct_run(sgd, tmp_path / "direct")
 
 
 def test_the_pretrained_figure_and_its_continuation_at_test_size(tmp_path):

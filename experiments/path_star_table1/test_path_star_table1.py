@@ -14,10 +14,9 @@ from el_jax import experiment
 from el_jax.report import papers
 from el_jax.report import sources
 from el_jax.report import stats
-from el_jax.run import config as config_lib
 from el_jax.run import grid as grid_lib
-from el_jax.run import runner
 
+import grid_checks  # tests/grid_checks.py
 import pins  # tests/pins.py
 
 from experiments.path_star_table1 import analysis
@@ -46,20 +45,6 @@ def _check_document(doc, n_rows):
       assert {k: c[k] for k in got} == got, (family, c["a"], c["b"])
     assert [c["p_holm"] for c in comps] == stats.holm([c["p_value"] for c in comps]), family
   return rows
-
-
-def _same_as_a_direct_run(row, workdir):
-  """The row's per-seed values are those of runner.run_or_reuse of its config, trained
-  afresh in `workdir`."""
-  cfg = grid_lib.make_config(row["config_name"], row["variant"], row["overrides"], row["seeds"])
-  cfg.progress = False
-  assert not config_lib.config_diff(config_lib.flatten(row["config"]),
-                                    config_lib.flatten(config_lib.config_dict(cfg)))
-  summary = runner.run_or_reuse(cfg, str(workdir), verbose=False)
-  assert row["per_seed"] and summary["per_seed"]
-  for m, col in row["per_seed"].items():
-    assert col == [f[m] for f in summary["per_seed"]], m
-  assert row["aggregate"] == summary["aggregate"]
 
 
 def test_the_grid_at_test_size(tmp_path):
@@ -99,7 +84,7 @@ def test_the_grid_at_test_size(tmp_path):
   for c, s in zip(a["comparisons"], comps):
     assert {k: c[k] for k in ("a", "b", "diff", "p_value", "p_holm", "ci95")} == {
         k: s[k] for k in ("a", "b", "diff", "p_value", "p_holm", "ci95")}
-  _same_as_a_direct_run(doc["rows"][0], tmp_path / "direct")
+  grid_checks.same_as_a_direct_run(doc["rows"][0], tmp_path / "direct")
   # Its rows are reused from the JSON (same config) even when the run folders are gone.
   os.rename(runs, tmp_path / "runs_moved")
   cfg = config_file.get_config("test")
